@@ -1,0 +1,20 @@
+#include "perdure/config.hpp"
+
+#include <cstdlib>
+
+namespace perdure {
+
+config config::from_env() {
+  config result;
+  auto read = [](const char* name, std::string& field) {
+    if (auto value = std::getenv(name); value != nullptr && *value != '\0')
+      field = value;
+  };
+  read("PERDURE_DATABASE_URL", result.database_url);
+  read("PERDURE_SCHEMA", result.schema);
+  read("PERDURE_EXECUTOR_ID", result.executor_id);
+  read("PERDURE_APP_VERSION", result.app_version);
+  return result;
+}
+
+} // namespace perdure

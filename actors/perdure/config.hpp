@@ -1,0 +1,45 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "perdure/persistence/codec.hpp"
+
+namespace perdure {
+
+/// Everything a runtime needs to know. An aggregate: set fields with
+/// designated initializers or start from `config::from_env()`.
+struct config {
+  /// `postgresql://...` or `sqlite:///path/to/file.db`.
+  std::string database_url = "sqlite://perdure.db";
+  /// PostgreSQL schema holding Perdure's tables.
+  std::string schema = "perdure";
+  /// Identity of this process. A restarted process with the same id recovers
+  /// the runs its predecessor left PENDING.
+  std::string executor_id = "local";
+  /// Recorded with every run; useful when code changes between deploys.
+  std::string app_version;
+  /// How payloads are written (reading accepts both).
+  persistence::encoding payload_encoding = persistence::encoding::json;
+  /// Largest inputs, step result or output accepted, in bytes.
+  std::size_t max_payload_bytes = 16u << 20;
+  /// A run recovered more often than this ends RETRIES_EXCEEDED.
+  std::int32_t max_recovery_attempts = 100;
+  /// CAF scheduler threads (actor turns only; never blocked).
+  std::size_t scheduler_threads = 2;
+  /// Threads running user step code, which may block.
+  std::size_t step_threads = 8;
+  /// How long transient database errors are retried.
+  std::chrono::milliseconds db_retry_budget{30'000};
+  /// How often a handle waiting on a run owned by another process polls.
+  std::chrono::milliseconds poll_interval{100};
+
+  /// Returns the defaults overridden by the environment:
+  /// `PERDURE_DATABASE_URL`, `PERDURE_SCHEMA`, `PERDURE_EXECUTOR_ID`,
+  /// `PERDURE_APP_VERSION`.
+  static config from_env();
+};
+
+} // namespace perdure

@@ -1,0 +1,344 @@
+#include "perdure/detail/run_actor.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/run_core.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/workflow_context.hpp"
+
+namespace perdure::detail {
+
+namespace {
+
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using outcome_atom = caf::atom_constant<caf::atom("outcome")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+using ack_atom = caf::atom_constant<caf::atom("ack")>;
+using fenced_atom = caf::atom_constant<caf::atom("fenced")>;
+using ended_atom = caf::atom_constant<caf::atom("ended")>;
+
+struct run_state;
+using run_actor = caf::stateful_actor<run_state>;
+
+/// The run as an actor's state. Everything here runs on the actor's turn.
+struct run_state : run_core {
+  run_actor* self = nullptr;
+  runtime_impl* rt = nullptr;
+  persistence::fence owner;
+  std::string name;
+  std::string inputs;
+  std::unique_ptr<workflow_context> ctx;
+  /// The operation in flight, the coroutine waiting for it, its attempts.
+  std::optional<operation> op;
+  std::coroutine_handle<> waiting;
+  std::int32_t attempt = 0;
+  persistence::journal_entry unacked;
+  /// Set when the code went on after a non-determinism error.
+  bool abandoned = false;
+  /// Declared last: the frame goes before everything it refers to.
+  task<std::string> driver;
+
+  void init(run_actor* s, runtime_impl* r, persistence::run_record run,
+            std::vector<persistence::journal_entry> journal) {
+    self = s;
+    rt = r;
+    run_id_ = std::move(run.id);
+    owner = std::move(run.owner);
+    name = std::move(run.name);
+    inputs = std::move(run.inputs);
+    encoding_ = rt->cfg.payload_encoding;
+    max_payload_ = rt->cfg.max_payload_bytes;
+    for (auto& e : journal)
+      recorded_.emplace(e.seq, std::move(e));
+  }
+
+  void perform(operation next, std::coroutine_handle<> h) override {
+    if (fatal_) {
+      // The code caught the non-determinism error and went on: stop here.
+      abandoned = true;
+      return;
+    }
+    op = std::move(next);
+    waiting = h;
+    attempt = 0;
+    dispatch();
+  }
+
+  /// Runs one attempt of the operation in flight on the step executor.
+  void dispatch() {
+    ++attempt;
+    auto me = caf::actor_cast<caf::actor>(self);
+    auto seq = op->seq;
+    if (op->kind == persistence::entry_kind::step) {
+      rt->steps->post([me, seq, body = op->body] {
+        auto out = body();
+        caf::anon_send(me, outcome_atom::value, seq,
+                       static_cast<std::int32_t>(out.result), out.payload,
+                       out.error, false);
+      });
+      return;
+    }
+    persistence::journal_entry checkpoint;
+    checkpoint.run_id = run_id_;
+    checkpoint.seq = seq;
+    checkpoint.kind = op->kind;
+    checkpoint.name = op->name;
+    checkpoint.created_at_ms = now_ms();
+    rt->steps->post([me, seq, checkpoint, fence = owner, body = op->tx_body,
+                     pool = rt->tx_stores.get()] {
+      std::string payload;
+      auto send_failure = [&](persistence::outcome o, const char* what) {
+        caf::anon_send(me, outcome_atom::value, seq,
+                       static_cast<std::int32_t>(o), std::string{},
+                       std::string{what}, false);
+      };
+      try {
+        auto db = pool->acquire();
+        auto result = db->run_transaction(fence, checkpoint,
+                                          [&](sql_session& s) {
+                                            payload = body(s);
+                                            return payload;
+                                          });
+        pool->release(std::move(db));
+        if (result == persistence::transaction_outcome::fenced)
+          caf::anon_send(me, fenced_atom::value, seq);
+        else
+          caf::anon_send(me, outcome_atom::value, seq,
+                         static_cast<std::int32_t>(
+                           persistence::outcome::value),
+                         payload, std::string{}, true);
+      } catch (const terminal_error& ex) {
+        send_failure(persistence::outcome::terminal, ex.what());
+      } catch (const std::exception& ex) {
+        send_failure(persistence::outcome::failed, ex.what());
+      } catch (...) {
+        send_failure(persistence::outcome::failed, "unknown exception");
+      }
+    });
+  }
+
+  std::chrono::milliseconds retry_delay() const {
+    auto& p = op->policy;
+    double ms = static_cast<double>(p.initial_delay.count());
+    for (int i = 1; i < attempt; ++i)
+      ms *= p.backoff;
+    ms = std::min(ms, static_cast<double>(p.max_delay.count()));
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    std::uniform_real_distribution<double> jitter{ms / 2, ms};
+    return std::chrono::milliseconds{static_cast<long>(jitter(rng))};
+  }
+
+  void on_outcome(std::int32_t seq, std::int32_t result, std::string payload,
+                  std::string error, bool checkpointed) {
+    if (!op || op->seq != seq)
+      return;
+    auto kind = static_cast<persistence::outcome>(result);
+    if (kind == persistence::outcome::failed
+        && attempt < op->policy.max_attempts) {
+      spdlog::debug("perdure: run {} step '{}' attempt {} failed: {}", run_id_,
+                    op->name, attempt, error);
+      self->delayed_send(self, retry_delay(), retry_atom::value, seq);
+      return;
+    }
+    persistence::journal_entry e;
+    e.run_id = run_id_;
+    e.seq = seq;
+    e.kind = op->kind;
+    e.name = op->name;
+    e.outcome = kind;
+    e.payload = std::move(payload);
+    e.error = std::move(error);
+    e.created_at_ms = now_ms();
+    if (checkpointed) {
+      resume_with(std::move(e));
+      return;
+    }
+    unacked = e;
+    auto me = caf::actor_cast<caf::actor>(self);
+    rt->writer->append({owner, std::move(e)},
+                       [me, seq](persistence::write_ack ack) {
+                         caf::anon_send(me, ack_atom::value, seq,
+                                        static_cast<std::int32_t>(ack));
+                       });
+  }
+
+  void on_retry(std::int32_t seq) {
+    if (op && op->seq == seq)
+      dispatch();
+  }
+
+  void on_ack(std::int32_t seq, std::int32_t ack) {
+    if (!op || op->seq != seq)
+      return;
+    switch (static_cast<persistence::write_ack>(ack)) {
+      case persistence::write_ack::committed:
+        resume_with(std::move(unacked));
+        return;
+      case persistence::write_ack::rejected:
+        lost_ownership();
+        return;
+      case persistence::write_ack::failed:
+        spdlog::error("perdure: run {} stops: its checkpoint could not be "
+                      "written; it stays PENDING for recovery",
+                      run_id_);
+        stop(std::nullopt);
+        return;
+    }
+  }
+
+  void lost_ownership() {
+    spdlog::warn("perdure: run {} is owned elsewhere now (fenced); this "
+                 "process stops running it",
+                 run_id_);
+    stop(std::nullopt);
+  }
+
+  /// Hands the durable outcome to the coroutine and lets it run on.
+  void resume_with(persistence::journal_entry e) {
+    auto seq = e.seq;
+    recorded_[seq] = std::move(e);
+    op.reset();
+    auto h = std::exchange(waiting, {});
+    h.resume();
+    after_resume();
+  }
+
+  void after_resume() {
+    if (abandoned || driver.done())
+      finish();
+  }
+
+  /// Records the run's final status; the actor ends once it committed.
+  void finish() {
+    persistence::completion_write c;
+    c.run_id = run_id_;
+    c.owner = owner;
+    c.at_ms = now_ms();
+    if (fatal_) {
+      c.status = run_status::error;
+      c.error = *fatal_;
+    } else {
+      try {
+        auto out = driver.take_result();
+        if (out.size() > max_payload_) {
+          c.status = run_status::error;
+          c.error = "output of " + std::to_string(out.size())
+                    + " bytes exceeds the limit of "
+                    + std::to_string(max_payload_);
+        } else {
+          c.status = run_status::success;
+          c.output = std::move(out);
+        }
+      } catch (const std::exception& ex) {
+        c.status = run_status::error;
+        c.error = ex.what();
+      } catch (...) {
+        c.status = run_status::error;
+        c.error = "unknown exception";
+      }
+    }
+    driver.reset();
+    run_outcome outcome{c.status, c.output, c.error};
+    auto me = caf::actor_cast<caf::actor>(self);
+    auto shared = std::make_shared<run_outcome>(std::move(outcome));
+    rt->writer->complete(std::move(c), [me](persistence::write_ack ack) {
+      caf::anon_send(me, ended_atom::value, static_cast<std::int32_t>(ack));
+    });
+    final_outcome = std::move(shared);
+  }
+
+  void on_ended(std::int32_t ack) {
+    switch (static_cast<persistence::write_ack>(ack)) {
+      case persistence::write_ack::committed:
+        stop(*final_outcome);
+        return;
+      case persistence::write_ack::rejected:
+        lost_ownership();
+        return;
+      case persistence::write_ack::failed:
+        spdlog::error("perdure: run {} finished but its status could not be "
+                      "written; it stays PENDING for recovery",
+                      run_id_);
+        stop(std::nullopt);
+        return;
+    }
+  }
+
+  void stop(std::optional<run_outcome> outcome) {
+    rt->run_stopped(run_id_, std::move(outcome));
+    self->quit();
+  }
+
+  std::shared_ptr<run_outcome> final_outcome;
+
+  void start_code() {
+    auto i = rt->workflows.find(name);
+    if (i == rt->workflows.end()) {
+      fatal_ = "unknown workflow '" + name + "'";
+      abandoned = true;
+      finish();
+      return;
+    }
+    ctx = std::make_unique<workflow_context>(*this);
+    driver = i->second.start(*ctx, std::move(inputs), encoding_);
+    driver.start();
+    after_resume();
+  }
+};
+
+caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
+                           persistence::run_record run,
+                           std::vector<persistence::journal_entry> journal) {
+  self->state.init(self, rt, std::move(run), std::move(journal));
+  self->send(self, start_atom::value);
+  // Exceptions must not escape a handler: in CAF 0.17 they kill the actor.
+  // The coroutine keeps its own exceptions; the handlers below only move
+  // values around, and anything unexpected ends this actor alone, leaving
+  // the run PENDING for recovery.
+  self->set_exception_handler([self](std::exception_ptr& ep) -> caf::error {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& ex) {
+      spdlog::error("perdure: run {} actor failed: {}", self->state.run_id(),
+                    ex.what());
+    } catch (...) {
+    }
+    self->state.rt->run_stopped(self->state.run_id(), std::nullopt);
+    return caf::sec::runtime_error;
+  });
+  return {
+    [self](start_atom) { self->state.start_code(); },
+    [self](outcome_atom, std::int32_t seq, std::int32_t result,
+           std::string& payload, std::string& error, bool checkpointed) {
+      self->state.on_outcome(seq, result, std::move(payload), std::move(error),
+                             checkpointed);
+    },
+    [self](retry_atom, std::int32_t seq) { self->state.on_retry(seq); },
+    [self](ack_atom, std::int32_t seq, std::int32_t ack) {
+      self->state.on_ack(seq, ack);
+    },
+    [self](fenced_atom, std::int32_t) { self->state.lost_ownership(); },
+    [self](ended_atom, std::int32_t ack) { self->state.on_ended(ack); },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_run_actor(caf::actor_system& sys, runtime_impl& rt,
+                           persistence::run_record run,
+                           std::vector<persistence::journal_entry> journal) {
+  return sys.spawn(run_behavior, &rt, std::move(run), std::move(journal));
+}
+
+} // namespace perdure::detail

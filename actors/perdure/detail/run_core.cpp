@@ -1,0 +1,35 @@
+#include "perdure/detail/run_core.hpp"
+
+#include "perdure/error.hpp"
+
+namespace perdure::detail {
+
+bool run_core::replaying(std::int32_t seq, persistence::entry_kind kind,
+                         const std::string& name) {
+  auto i = recorded_.find(seq);
+  if (i == recorded_.end())
+    return false;
+  auto& e = i->second;
+  if (e.kind != kind || e.name != name) {
+    std::string msg = "non-determinism in run '" + run_id_
+                      + "' at journal index " + std::to_string(seq)
+                      + ": the code now runs " + to_string(kind) + " '" + name
+                      + "' but the journal recorded " + to_string(e.kind)
+                      + " '" + e.name + "'";
+    fatal_ = msg;
+    throw perdure::error(errc::non_determinism, msg);
+  }
+  return true;
+}
+
+persistence::journal_entry run_core::take(std::int32_t seq) {
+  auto i = recorded_.find(seq);
+  if (i == recorded_.end())
+    throw perdure::error(errc::store_error, "no outcome for journal index "
+                                              + std::to_string(seq));
+  auto e = std::move(i->second);
+  recorded_.erase(i);
+  return e;
+}
+
+} // namespace perdure::detail

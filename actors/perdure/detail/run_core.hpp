@@ -1,0 +1,99 @@
+#pragma once
+
+// The seam between workflow code (workflow_context, awaiters) and the actor
+// that owns the run. Free of CAF, so public headers stay light.
+
+#include <coroutine>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "perdure/persistence/codec.hpp"
+#include "perdure/persistence/records.hpp"
+#include "perdure/retry_policy.hpp"
+#include "perdure/sql_session.hpp"
+
+namespace perdure::detail {
+
+/// What one attempt of a step produced.
+struct step_outcome {
+  persistence::outcome result = persistence::outcome::value;
+  std::string payload;
+  std::string error;
+};
+
+/// A step's code, wrapped to encode its result and classify its exceptions.
+using step_body = std::function<step_outcome()>;
+
+/// A transactional step's code, wrapped to encode its result.
+using transaction_body = std::function<std::string(sql_session&)>;
+
+/// One durable operation the coroutine is about to perform.
+struct operation {
+  std::int32_t seq = 0;
+  persistence::entry_kind kind = persistence::entry_kind::step;
+  std::string name;
+  step_body body;
+  transaction_body tx_body;
+  retry_policy policy;
+};
+
+/// The run as seen by workflow code. Implemented by the run actor's state;
+/// every member is called on that actor's turn only.
+class run_core {
+public:
+  virtual ~run_core() = default;
+
+  /// Returns the run's id.
+  const std::string& run_id() const noexcept {
+    return run_id_;
+  }
+
+  /// Returns the journal index of the next durable operation.
+  std::int32_t next_seq() noexcept {
+    return next_seq_++;
+  }
+
+  /// Returns whether `seq` is already recorded (replay). Throws
+  /// `perdure::error` with `errc::non_determinism`, and fails the run, if the
+  /// recorded operation has another kind or name.
+  bool replaying(std::int32_t seq, persistence::entry_kind kind,
+                 const std::string& name);
+
+  /// Performs `op` and resumes `h` once its outcome is durable.
+  virtual void perform(operation op, std::coroutine_handle<> h) = 0;
+
+  /// Removes and returns the recorded outcome of `seq`.
+  persistence::journal_entry take(std::int32_t seq);
+
+  /// Returns the encoding for new payloads.
+  persistence::encoding payload_encoding() const noexcept {
+    return encoding_;
+  }
+
+  /// Returns the largest payload accepted.
+  std::size_t max_payload_bytes() const noexcept {
+    return max_payload_;
+  }
+
+  /// Returns why the run must fail regardless of what its code does, if so.
+  const std::optional<std::string>& fatal() const noexcept {
+    return fatal_;
+  }
+
+protected:
+  std::string run_id_;
+  std::int32_t next_seq_ = 0;
+  std::map<std::int32_t, persistence::journal_entry> recorded_;
+  std::optional<std::string> fatal_;
+  persistence::encoding encoding_ = persistence::encoding::json;
+  std::size_t max_payload_ = 0;
+};
+
+/// Returns the value recorded in `e`, or throws what it recorded.
+template <class T>
+T unpack(const persistence::journal_entry& e);
+
+} // namespace perdure::detail

@@ -1,0 +1,101 @@
+#pragma once
+
+// The runtime's internals. Included by .cpp files only: it pulls in CAF.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "perdure/config.hpp"
+#include "perdure/detail/step_executor.hpp"
+#include "perdure/detail/store_pool.hpp"
+#include "perdure/detail/workflow_entry.hpp"
+#include "perdure/persistence/journal_writer.hpp"
+#include "perdure/persistence/store.hpp"
+#include "perdure/workflow_handle.hpp"
+
+namespace perdure::detail {
+
+class runtime_impl {
+public:
+  explicit runtime_impl(config cfg);
+  ~runtime_impl();
+
+  // -- set at construction and registration, read-only once started ----------
+
+  config cfg;
+  std::unordered_map<std::string, workflow_entry> workflows;
+
+  // -- owned while started ----------------------------------------------------
+
+  std::unique_ptr<persistence::journal_writer> writer;
+  std::unique_ptr<step_executor> steps;
+  std::unique_ptr<store_pool> tx_stores;
+  std::unique_ptr<caf::actor_system_config> system_cfg;
+  std::unique_ptr<caf::actor_system> system;
+
+  /// Returns whether `start()` ran and `stop()` did not.
+  bool running() const;
+
+  void start();
+  void stop();
+
+  /// Runs `f(store&)` on the shared control connection (application threads).
+  template <class F>
+  auto with_control(F&& f) {
+    std::lock_guard guard{control_mtx_};
+    return f(*control_);
+  }
+
+  /// Returns the store options derived from the config.
+  persistence::store_options store_options() const;
+
+  /// Spawns the actor of `run`, replaying `journal`.
+  void spawn_run(persistence::run_record run,
+                 std::vector<persistence::journal_entry> journal);
+
+  /// Called by a run actor when it stops; `outcome` is set if the run ended
+  /// (its final status committed).
+  void run_stopped(const std::string& id, std::optional<run_outcome> outcome);
+
+  /// Waits for the in-process end of run `id` (up to `timeout`). Returns
+  /// nothing on timeout. The caller re-reads the store afterwards.
+  std::optional<run_outcome> wait_ended(const std::string& id,
+                                        std::chrono::milliseconds timeout);
+
+  /// Registers interest in the end of `id` before the caller reads the store.
+  void watch(const std::string& id);
+
+  /// Drops interest registered by `watch`.
+  void unwatch(const std::string& id);
+
+  /// Returns how many run actors are alive.
+  std::size_t active_runs() const;
+
+private:
+  struct watcher {
+    int count = 0;
+    std::optional<run_outcome> outcome;
+  };
+
+  void recover();
+
+  std::mutex control_mtx_;
+  std::unique_ptr<persistence::store> control_;
+
+  mutable std::mutex active_mtx_;
+  std::unordered_map<std::string, caf::actor> active_;
+  bool running_ = false;
+
+  std::mutex done_mtx_;
+  std::condition_variable done_cv_;
+  std::unordered_map<std::string, watcher> watchers_;
+};
+
+} // namespace perdure::detail

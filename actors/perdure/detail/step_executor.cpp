@@ -1,0 +1,47 @@
+#include "perdure/detail/step_executor.hpp"
+
+namespace perdure::detail {
+
+step_executor::step_executor(std::size_t threads) {
+  threads_.reserve(threads);
+  for (std::size_t i = 0; i < threads; ++i)
+    threads_.emplace_back([this] { work(); });
+}
+
+step_executor::~step_executor() {
+  {
+    std::lock_guard guard{mtx_};
+    stopping_ = true;
+    jobs_.clear();
+  }
+  cv_.notify_all();
+  for (auto& t : threads_)
+    t.join();
+}
+
+void step_executor::post(std::function<void()> job) {
+  {
+    std::lock_guard guard{mtx_};
+    if (stopping_)
+      return;
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void step_executor::work() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock guard{mtx_};
+      cv_.wait(guard, [this] { return stopping_ || !jobs_.empty(); });
+      if (stopping_)
+        return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+} // namespace perdure::detail

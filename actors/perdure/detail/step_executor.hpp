@@ -1,0 +1,37 @@
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace perdure::detail {
+
+/// The threads that run user step code, which may block on I/O. CAF's
+/// scheduler threads never run it; results return to actors as messages.
+class step_executor {
+public:
+  explicit step_executor(std::size_t threads);
+
+  /// Finishes the jobs already running, drops queued ones, joins.
+  ~step_executor();
+
+  step_executor(const step_executor&) = delete;
+  step_executor& operator=(const step_executor&) = delete;
+
+  /// Queues `job`; it runs on one of the executor's threads.
+  void post(std::function<void()> job);
+
+private:
+  void work();
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+} // namespace perdure::detail

@@ -1,0 +1,15 @@
+#pragma once
+
+// The one header users include.
+
+#include "perdure/config.hpp"
+#include "perdure/error.hpp"
+#include "perdure/retry_policy.hpp"
+#include "perdure/run_status.hpp"
+#include "perdure/runtime.hpp"
+#include "perdure/sql_session.hpp"
+#include "perdure/step_failed.hpp"
+#include "perdure/task.hpp"
+#include "perdure/terminal_error.hpp"
+#include "perdure/workflow_context.hpp"
+#include "perdure/workflow_handle.hpp"

@@ -1,0 +1,362 @@
+#include "perdure/runtime.hpp"
+
+#include <caf/send.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/run_actor.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+
+namespace perdure {
+
+namespace {
+
+/// Longest workflow name or id accepted.
+constexpr std::size_t max_name_length = 255;
+
+void check_name(std::string_view what, std::string_view name) {
+  if (name.empty())
+    throw error(errc::invalid_argument, std::string{what} + " must not be empty");
+  if (name.size() > max_name_length)
+    throw error(errc::invalid_argument,
+                std::string{what} + " of " + std::to_string(name.size())
+                  + " bytes exceeds the limit of "
+                  + std::to_string(max_name_length));
+}
+
+std::string random_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string id(32, '0');
+  auto a = rng(), b = rng();
+  for (int i = 0; i < 16; ++i) {
+    id[i] = digits[(a >> (i * 4)) & 0xf];
+    id[16 + i] = digits[(b >> (i * 4)) & 0xf];
+  }
+  return id;
+}
+
+} // namespace
+
+// -- runtime_impl ---------------------------------------------------------------
+
+namespace detail {
+
+runtime_impl::runtime_impl(config c) : cfg(std::move(c)) {
+}
+
+runtime_impl::~runtime_impl() {
+  stop();
+}
+
+persistence::store_options runtime_impl::store_options() const {
+  return {.url = cfg.database_url,
+          .schema = cfg.schema,
+          .retry_budget = cfg.db_retry_budget};
+}
+
+bool runtime_impl::running() const {
+  std::lock_guard guard{active_mtx_};
+  return running_;
+}
+
+void runtime_impl::start() {
+  if (running())
+    return;
+  auto opts = store_options();
+  control_ = persistence::open_store(opts);
+  control_->migrate();
+  writer = std::make_unique<persistence::journal_writer>(
+    persistence::open_store(opts));
+  steps = std::make_unique<step_executor>(cfg.step_threads);
+  tx_stores = std::make_unique<store_pool>(opts);
+  system_cfg = std::make_unique<caf::actor_system_config>();
+  system_cfg->set("scheduler.max-threads", cfg.scheduler_threads);
+  system_cfg->set("scheduler.max-throughput", std::size_t{300});
+  system = std::make_unique<caf::actor_system>(*system_cfg);
+  {
+    std::lock_guard guard{active_mtx_};
+    running_ = true;
+  }
+  recover();
+}
+
+void runtime_impl::recover() {
+  auto runs = with_control([&](persistence::store& db) {
+    return db.claim_pending_runs(cfg.executor_id);
+  });
+  if (runs.empty())
+    return;
+  spdlog::info("perdure: recovering {} pending runs of executor '{}'",
+               runs.size(), cfg.executor_id);
+  constexpr std::size_t chunk = 512;
+  for (std::size_t first = 0; first < runs.size(); first += chunk) {
+    auto last = std::min(runs.size(), first + chunk);
+    std::vector<std::string> ids;
+    for (auto i = first; i < last; ++i)
+      ids.push_back(runs[i].id);
+    auto entries = with_control(
+      [&](persistence::store& db) { return db.load_journals(ids); });
+    std::unordered_map<std::string, std::vector<persistence::journal_entry>>
+      journals;
+    for (auto& e : entries)
+      journals[e.run_id].push_back(std::move(e));
+    for (auto i = first; i < last; ++i) {
+      auto& run = runs[i];
+      if (run.recovery_attempts > cfg.max_recovery_attempts) {
+        persistence::completion_write c;
+        c.run_id = run.id;
+        c.owner = run.owner;
+        c.status = run_status::retries_exceeded;
+        c.error = "recovered " + std::to_string(run.recovery_attempts)
+                  + " times, more than the limit of "
+                  + std::to_string(cfg.max_recovery_attempts);
+        c.at_ms = now_ms();
+        run_outcome outcome{c.status, std::nullopt, c.error};
+        writer->complete(std::move(c), [this, id = run.id,
+                                        outcome](persistence::write_ack ack) {
+          if (ack == persistence::write_ack::committed)
+            run_stopped(id, outcome);
+        });
+        continue;
+      }
+      spawn_run(std::move(run), std::move(journals[runs[i].id]));
+    }
+  }
+}
+
+void runtime_impl::stop() {
+  std::vector<caf::actor> actors;
+  {
+    std::lock_guard guard{active_mtx_};
+    if (!running_)
+      return;
+    running_ = false;
+    for (auto& [id, a] : active_)
+      actors.push_back(a);
+    active_.clear();
+  }
+  for (auto& a : actors)
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  actors.clear();
+  // Order matters: no actor may use the executor or the writer afterwards.
+  system->await_all_actors_done();
+  steps.reset();
+  writer.reset();
+  system.reset();
+  system_cfg.reset();
+  tx_stores.reset();
+  std::lock_guard guard{control_mtx_};
+  control_.reset();
+}
+
+void runtime_impl::spawn_run(persistence::run_record run,
+                             std::vector<persistence::journal_entry> journal) {
+  std::lock_guard guard{active_mtx_};
+  if (!running_ || active_.count(run.id) > 0)
+    return;
+  auto id = run.id;
+  active_.emplace(std::move(id), spawn_run_actor(*system, *this, std::move(run),
+                                                 std::move(journal)));
+}
+
+void runtime_impl::run_stopped(const std::string& id,
+                               std::optional<run_outcome> outcome) {
+  {
+    std::lock_guard guard{active_mtx_};
+    active_.erase(id);
+  }
+  if (!outcome)
+    return;
+  {
+    std::lock_guard guard{done_mtx_};
+    auto i = watchers_.find(id);
+    if (i == watchers_.end())
+      return;
+    i->second.outcome = std::move(outcome);
+  }
+  done_cv_.notify_all();
+}
+
+std::size_t runtime_impl::active_runs() const {
+  std::lock_guard guard{active_mtx_};
+  return active_.size();
+}
+
+void runtime_impl::watch(const std::string& id) {
+  std::lock_guard guard{done_mtx_};
+  ++watchers_[id].count;
+}
+
+void runtime_impl::unwatch(const std::string& id) {
+  std::lock_guard guard{done_mtx_};
+  auto i = watchers_.find(id);
+  if (i != watchers_.end() && --i->second.count == 0)
+    watchers_.erase(i);
+}
+
+std::optional<run_outcome>
+runtime_impl::wait_ended(const std::string& id,
+                         std::chrono::milliseconds timeout) {
+  std::unique_lock guard{done_mtx_};
+  auto& w = watchers_[id];
+  done_cv_.wait_for(guard, timeout, [&] { return w.outcome.has_value(); });
+  return w.outcome;
+}
+
+// -- handle support -------------------------------------------------------------
+
+namespace {
+
+std::optional<run_outcome> stored_outcome(runtime_impl& rt,
+                                          const std::string& id) {
+  auto run = rt.with_control(
+    [&](persistence::store& db) { return db.get_run(id); });
+  if (!run)
+    throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  if (!is_terminal(run->status))
+    return std::nullopt;
+  return run_outcome{run->status, std::move(run->output),
+                     std::move(run->error)};
+}
+
+} // namespace
+
+run_outcome await_run(runtime_impl& rt, const std::string& id,
+                      std::chrono::milliseconds timeout) {
+  if (!rt.running())
+    throw error(errc::not_running, "the runtime is not running");
+  using clock = std::chrono::steady_clock;
+  auto deadline = timeout == std::chrono::milliseconds::max()
+                    ? clock::time_point::max()
+                    : clock::now() + timeout;
+  rt.watch(id);
+  struct unwatch_guard {
+    runtime_impl& rt;
+    const std::string& id;
+    ~unwatch_guard() {
+      rt.unwatch(id);
+    }
+  } guard{rt, id};
+  for (;;) {
+    // Watch first, then read: an end committed in between is never missed.
+    if (auto outcome = stored_outcome(rt, id))
+      return *outcome;
+    auto now = clock::now();
+    if (now >= deadline)
+      throw error(errc::timeout,
+                  "workflow '" + id + "' still running after the timeout");
+    auto wait = std::min<clock::duration>(rt.cfg.poll_interval, deadline - now);
+    if (auto outcome = rt.wait_ended(
+          id, std::chrono::duration_cast<std::chrono::milliseconds>(wait)))
+      return *outcome;
+  }
+}
+
+run_status status_of(runtime_impl& rt, const std::string& id) {
+  if (!rt.running())
+    throw error(errc::not_running, "the runtime is not running");
+  auto run = rt.with_control(
+    [&](persistence::store& db) { return db.get_run(id); });
+  if (!run)
+    throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  return run->status;
+}
+
+void throw_run_failure(const std::string& id, const run_outcome& outcome) {
+  auto reason = outcome.error.value_or("no reason recorded");
+  switch (outcome.status) {
+    case run_status::cancelled:
+      throw error(errc::workflow_cancelled,
+                  "workflow '" + id + "' was cancelled: " + reason);
+    case run_status::retries_exceeded:
+      throw error(errc::retries_exceeded,
+                  "workflow '" + id + "' exceeded its recovery attempts: "
+                    + reason);
+    default:
+      throw error(errc::workflow_failed,
+                  "workflow '" + id + "' failed: " + reason);
+  }
+}
+
+} // namespace detail
+
+// -- runtime --------------------------------------------------------------------
+
+runtime::runtime(config cfg)
+  : impl_(std::make_shared<detail::runtime_impl>(std::move(cfg))) {
+}
+
+runtime::~runtime() {
+  stop();
+}
+
+const config& runtime::cfg() const noexcept {
+  return impl_->cfg;
+}
+
+void runtime::add_workflow(std::string name, detail::workflow_entry entry) {
+  check_name("workflow name", name);
+  if (impl_->running())
+    throw error(errc::invalid_argument,
+                "register workflow '" + name + "' before start()");
+  if (!impl_->workflows.emplace(name, std::move(entry)).second)
+    throw error(errc::invalid_argument,
+                "workflow '" + name + "' is already registered");
+}
+
+void runtime::start() {
+  impl_->start();
+}
+
+void runtime::stop() {
+  impl_->stop();
+}
+
+std::string runtime::start_run(std::string_view name, std::string inputs,
+                               start_options opts) {
+  if (!impl_->running())
+    throw error(errc::not_running, "start() the runtime before starting work");
+  check_name("workflow name", name);
+  if (impl_->workflows.count(std::string{name}) == 0)
+    throw error(errc::unknown_workflow,
+                "no workflow registered as '" + std::string{name} + "'");
+  if (opts.id.empty())
+    opts.id = random_id();
+  check_name("workflow id", opts.id);
+  if (inputs.size() > impl_->cfg.max_payload_bytes)
+    throw error(errc::payload_too_large,
+                "inputs of " + std::to_string(inputs.size())
+                  + " bytes exceed the limit of "
+                  + std::to_string(impl_->cfg.max_payload_bytes));
+  persistence::run_record run;
+  run.id = opts.id;
+  run.name = std::string{name};
+  run.status = run_status::pending;
+  run.inputs = std::move(inputs);
+  run.owner = {impl_->cfg.executor_id, 1};
+  run.app_version = impl_->cfg.app_version;
+  run.created_at_ms = detail::now_ms();
+  auto result = impl_->with_control(
+    [&](persistence::store& db) { return db.create_run(run); });
+  if (!result.created) {
+    auto& existing = result.run;
+    if (existing.name != run.name)
+      throw error(errc::conflicting_id,
+                  "workflow id '" + run.id + "' already names a run of '"
+                    + existing.name + "'");
+    if (existing.inputs != run.inputs)
+      throw error(errc::conflicting_id,
+                  "workflow id '" + run.id
+                    + "' already names a run with other inputs");
+    return run.id;
+  }
+  // Durable first, then delivered: the run exists before its actor does.
+  impl_->spawn_run(std::move(result.run), {});
+  return opts.id;
+}
+
+} // namespace perdure

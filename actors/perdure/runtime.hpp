@@ -1,0 +1,97 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "perdure/config.hpp"
+#include "perdure/detail/workflow_entry.hpp"
+#include "perdure/persistence/codec.hpp"
+#include "perdure/workflow_handle.hpp"
+
+namespace perdure {
+
+/// Options for starting a workflow.
+struct start_options {
+  /// The workflow id, which is also its idempotency key: starting again with
+  /// the same id returns the existing run. Empty: a fresh random id.
+  std::string id;
+};
+
+/// Owns everything that runs durable code in this process: the CAF actor
+/// system (one actor per run), the step executor, the group-commit journal
+/// writer and the store connections.
+///
+/// Register workflows, then `start()` (which first recovers the runs this
+/// executor left unfinished), then start workflows from any thread.
+class runtime {
+public:
+  // -- constructors, destructors, and assignment operators --------------------
+
+  explicit runtime(config cfg);
+
+  /// Stops the runtime (see `stop`).
+  ~runtime();
+
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  // -- registration -----------------------------------------------------------
+
+  /// Registers `fn`, a coroutine `task<R>(workflow_context&, A)` or
+  /// `task<R>(workflow_context&)`, under `name`. Names are stable
+  /// identifiers: runs in the store refer to them.
+  template <class F>
+  void register_workflow(std::string name, F fn) {
+    add_workflow(std::move(name), detail::make_workflow_entry(std::move(fn)));
+  }
+
+  // -- life cycle -------------------------------------------------------------
+
+  /// Migrates the schema, recovers this executor's PENDING runs and starts
+  /// accepting work. Throws `perdure::error` if the store is unusable.
+  void start();
+
+  /// Stops every run actor (their runs stay PENDING in the store and are
+  /// recovered by the next start with the same executor id), then waits for
+  /// running step code and commits the queued journal writes.
+  void stop();
+
+  // -- workflows --------------------------------------------------------------
+
+  /// Starts workflow `name` with `input`, or returns the existing run when
+  /// `opts.id` exists with the same name and input. Throws `perdure::error`:
+  /// `unknown_workflow`, `invalid_argument`, `payload_too_large`,
+  /// `conflicting_id` (same id, other name or input), `not_running`.
+  template <class R, class A>
+  workflow_handle<R> start_workflow(std::string_view name, const A& input,
+                                    start_options opts = {}) {
+    auto bytes = persistence::encode(input, cfg().payload_encoding);
+    return {impl_, start_run(name, std::move(bytes), std::move(opts))};
+  }
+
+  /// Starts workflow `name`, which takes no input.
+  template <class R>
+  workflow_handle<R> start_workflow(std::string_view name,
+                                    start_options opts = {}) {
+    return {impl_, start_run(name, std::string{}, std::move(opts))};
+  }
+
+  /// Returns a handle to the run `id`, which may belong to another process.
+  template <class R>
+  workflow_handle<R> retrieve_workflow(std::string id) const {
+    return {impl_, std::move(id)};
+  }
+
+  /// Returns the configuration.
+  const config& cfg() const noexcept;
+
+private:
+  void add_workflow(std::string name, detail::workflow_entry entry);
+  std::string start_run(std::string_view name, std::string inputs,
+                        start_options opts);
+
+  std::shared_ptr<detail::runtime_impl> impl_;
+};
+
+} // namespace perdure

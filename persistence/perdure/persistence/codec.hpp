@@ -1,0 +1,85 @@
+#pragma once
+
+// Payload encoding. Users make a type storable by giving it a cereal
+// `serialize()` (or save/load); nothing else. The default encoding is compact
+// JSON so `psql` shows readable payloads; binary is selectable for speed.
+// Every payload is self-describing (binary ones start with a tag byte), so a
+// store may hold both and switching the encoding never strands old data.
+
+#include <cereal/archives/json.hpp>
+#include <cereal/archives/portable_binary.hpp>
+#include <cereal/types/array.hpp>
+#include <cereal/types/chrono.hpp>
+#include <cereal/types/map.hpp>
+#include <cereal/types/optional.hpp>
+#include <cereal/types/set.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/tuple.hpp>
+#include <cereal/types/unordered_map.hpp>
+#include <cereal/types/utility.hpp>
+#include <cereal/types/variant.hpp>
+#include <cereal/types/vector.hpp>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "perdure/error.hpp"
+
+namespace perdure::persistence {
+
+/// How payloads are written. Reading accepts both.
+enum class encoding : std::uint8_t {
+  json,
+  binary,
+};
+
+namespace detail {
+
+/// First byte of a binary payload; JSON never starts with it.
+inline constexpr char binary_tag = '\x01';
+
+} // namespace detail
+
+/// Returns `x` encoded as `enc`.
+template <class T>
+std::string encode(const T& x, encoding enc = encoding::json) {
+  std::ostringstream out;
+  if (enc == encoding::binary) {
+    out.put(detail::binary_tag);
+    cereal::PortableBinaryOutputArchive archive{out};
+    archive(x);
+  } else {
+    cereal::JSONOutputArchive archive{
+      out, cereal::JSONOutputArchive::Options::NoIndent()};
+    archive(cereal::make_nvp("value", x));
+  }
+  return std::move(out).str();
+}
+
+/// Returns the value encoded in `bytes`. Throws `perdure::error` with
+/// `errc::decode_failed` if `bytes` does not hold a `T`.
+template <class T>
+T decode(std::string_view bytes) {
+  T result{};
+  try {
+    if (!bytes.empty() && bytes.front() == detail::binary_tag) {
+      std::istringstream in{std::string{bytes.substr(1)}};
+      cereal::PortableBinaryInputArchive archive{in};
+      archive(result);
+      if (in.peek() != std::char_traits<char>::eof())
+        throw std::runtime_error("trailing bytes");
+    } else {
+      std::istringstream in{std::string{bytes}};
+      cereal::JSONInputArchive archive{in};
+      archive(cereal::make_nvp("value", result));
+    }
+  } catch (const std::exception& ex) {
+    throw perdure::error(errc::decode_failed,
+                         std::string{"cannot decode payload: "} + ex.what());
+  }
+  return result;
+}
+
+} // namespace perdure::persistence

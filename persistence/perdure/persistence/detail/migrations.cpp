@@ -1,0 +1,72 @@
+#include "perdure/persistence/detail/migrations.hpp"
+
+namespace perdure::persistence::detail {
+
+std::vector<migration> sqlite_migrations() {
+  return {
+    {1,
+     "runs and journal",
+     {
+       "CREATE TABLE runs ("
+       " id TEXT PRIMARY KEY,"
+       " name TEXT NOT NULL,"
+       " status TEXT NOT NULL,"
+       " inputs BLOB NOT NULL,"
+       " output BLOB,"
+       " error TEXT,"
+       " executor TEXT NOT NULL,"
+       " epoch INTEGER NOT NULL,"
+       " recovery_attempts INTEGER NOT NULL DEFAULT 0,"
+       " app_version TEXT NOT NULL DEFAULT '',"
+       " created_at INTEGER NOT NULL,"
+       " updated_at INTEGER NOT NULL)",
+       "CREATE INDEX runs_by_executor ON runs (executor, status)",
+       "CREATE TABLE journal ("
+       " run_id TEXT NOT NULL,"
+       " seq INTEGER NOT NULL,"
+       " kind TEXT NOT NULL,"
+       " name TEXT NOT NULL,"
+       " outcome INTEGER NOT NULL,"
+       " payload BLOB,"
+       " error TEXT,"
+       " created_at INTEGER NOT NULL,"
+       " PRIMARY KEY (run_id, seq)) WITHOUT ROWID",
+     }},
+  };
+}
+
+std::vector<migration> postgres_migrations(const std::string& schema) {
+  auto s = schema + ".";
+  return {
+    {1,
+     "runs and journal",
+     {
+       "CREATE TABLE " + s + "runs ("
+       " id TEXT PRIMARY KEY,"
+       " name TEXT NOT NULL,"
+       " status TEXT NOT NULL,"
+       " inputs BYTEA NOT NULL,"
+       " output BYTEA,"
+       " error TEXT,"
+       " executor TEXT NOT NULL,"
+       " epoch BIGINT NOT NULL,"
+       " recovery_attempts INT NOT NULL DEFAULT 0,"
+       " app_version TEXT NOT NULL DEFAULT '',"
+       " created_at BIGINT NOT NULL,"
+       " updated_at BIGINT NOT NULL)",
+       "CREATE INDEX runs_by_executor ON " + s + "runs (executor, status)",
+       "CREATE TABLE " + s + "journal ("
+       " run_id TEXT NOT NULL,"
+       " seq INT NOT NULL,"
+       " kind TEXT NOT NULL,"
+       " name TEXT NOT NULL,"
+       " outcome SMALLINT NOT NULL,"
+       " payload BYTEA,"
+       " error TEXT,"
+       " created_at BIGINT NOT NULL,"
+       " PRIMARY KEY (run_id, seq))",
+     }},
+  };
+}
+
+} // namespace perdure::persistence::detail

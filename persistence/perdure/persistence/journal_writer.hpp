@@ -1,0 +1,83 @@
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "perdure/persistence/records.hpp"
+
+namespace perdure::persistence {
+
+class store;
+
+/// How a write sent to the journal writer ended.
+enum class write_ack : std::uint8_t {
+  /// Committed; the caller may act on it.
+  committed,
+  /// Rejected by the fence: the caller no longer owns the run.
+  rejected,
+  /// The database failed beyond the store's retry budget; nothing committed.
+  failed,
+};
+
+/// The group-commit writer: every journal append and run completion goes
+/// through it. Writes from many actors collect in a queue while the previous
+/// batch commits; the next batch takes all of them in one transaction, and
+/// each writer is called back after the commit (never before). Under load
+/// this turns one commit per step into one commit per batch.
+class journal_writer {
+public:
+  /// Called on the writer's thread once the write's fate is known.
+  using callback = std::function<void(write_ack)>;
+
+  struct options {
+    /// Most writes committed in one transaction.
+    std::size_t max_batch = 2048;
+  };
+
+  /// Starts the writer thread; `db` becomes the writer's own connection.
+  journal_writer(std::unique_ptr<store> db, options opts);
+  explicit journal_writer(std::unique_ptr<store> db)
+    : journal_writer(std::move(db), options{}) {
+  }
+
+  /// Commits what is queued, then stops the thread.
+  ~journal_writer();
+
+  journal_writer(const journal_writer&) = delete;
+  journal_writer& operator=(const journal_writer&) = delete;
+
+  /// Queues a fenced journal append.
+  void append(append_write w, callback done);
+
+  /// Queues a fenced run completion.
+  void complete(completion_write w, callback done);
+
+  /// Returns how many transactions the writer has committed.
+  std::uint64_t batches_committed() const;
+
+private:
+  struct request {
+    std::variant<append_write, completion_write> write;
+    callback done;
+  };
+
+  void push(request req);
+  void run();
+
+  std::unique_ptr<store> db_;
+  options opts_;
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  std::vector<request> queue_;
+  bool stopping_ = false;
+  std::uint64_t batches_ = 0;
+  std::thread thread_;
+};
+
+} // namespace perdure::persistence

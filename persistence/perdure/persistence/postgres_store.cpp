@@ -1,0 +1,428 @@
+#include "perdure/persistence/postgres_store.hpp"
+
+#include <pqxx/pqxx>
+
+#include <set>
+#include <unordered_set>
+
+#include "perdure/persistence/detail/migrations.hpp"
+#include "perdure/persistence/detail/pg_array.hpp"
+#include "perdure/persistence/detail/retry.hpp"
+
+namespace perdure::persistence {
+
+namespace {
+
+detail::failure_kind classify(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const pqxx::broken_connection&) {
+    return detail::failure_kind::reconnect;
+  } catch (const pqxx::in_doubt_error&) {
+    // Callers make their writes idempotent under the fence, so re-running
+    // after re-checking on a fresh connection is safe.
+    return detail::failure_kind::reconnect;
+  } catch (const pqxx::transaction_rollback&) {
+    return detail::failure_kind::retry; // serialization failure, deadlock
+  } catch (const pqxx::sql_error& ex) {
+    auto& state = ex.sqlstate();
+    // 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now,
+    // 08xxx connection exceptions.
+    if (state.rfind("57P0", 0) == 0 || state.rfind("08", 0) == 0)
+      return detail::failure_kind::reconnect;
+  } catch (...) {
+  }
+  return detail::failure_kind::permanent;
+}
+
+/// Runs the user's statements of a transactional step inside our work.
+class postgres_session final : public sql_session {
+public:
+  explicit postgres_session(pqxx::work& w) : w_(w) {
+  }
+
+  sql_rows exec(const std::string& sql,
+                const std::vector<sql_param>& params) override {
+    std::vector<std::optional<std::string>> texts;
+    texts.reserve(params.size());
+    for (auto& p : params)
+      texts.push_back(std::visit(
+        [](auto& x) -> std::optional<std::string> {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::nullptr_t>)
+            return std::nullopt;
+          else if constexpr (std::is_same_v<T, std::string>)
+            return x;
+          else
+            return pqxx::to_string(x);
+        },
+        p));
+    std::vector<const char*> ptrs;
+    ptrs.reserve(texts.size());
+    for (auto& t : texts)
+      ptrs.push_back(t ? t->c_str() : nullptr);
+    auto res = w_.exec_params(sql, pqxx::prepare::make_dynamic_params(ptrs));
+    sql_rows result;
+    for (const auto& row : res) {
+      auto& out = result.rows.emplace_back();
+      for (const auto& field : row)
+        out.emplace_back(field.is_null() ? std::nullopt
+                                         : std::optional<std::string>{
+                                           field.c_str()});
+    }
+    result.affected = static_cast<std::int64_t>(res.affected_rows());
+    return result;
+  }
+
+  const char* dialect() const noexcept override {
+    return "postgresql";
+  }
+
+private:
+  pqxx::work& w_;
+};
+
+std::string bytes(const pqxx::field& f) {
+  return pqxx::binarystring{f}.str();
+}
+
+std::optional<std::string> opt_bytes(const pqxx::field& f) {
+  if (f.is_null())
+    return std::nullopt;
+  return bytes(f);
+}
+
+std::optional<std::string> opt_text(const pqxx::field& f) {
+  if (f.is_null())
+    return std::nullopt;
+  return f.as<std::string>();
+}
+
+constexpr const char* run_columns
+  = "id, name, status, inputs, output, error, executor, epoch, "
+    "recovery_attempts, app_version, created_at, updated_at";
+
+run_record read_run(const pqxx::row& row) {
+  run_record r;
+  r.id = row[0].as<std::string>();
+  r.name = row[1].as<std::string>();
+  auto status = parse_run_status(row[2].as<std::string>());
+  if (!status)
+    throw perdure::error(errc::store_error,
+                         "run " + r.id + " has an unknown status");
+  r.status = *status;
+  r.inputs = bytes(row[3]);
+  r.output = opt_bytes(row[4]);
+  r.error = opt_text(row[5]);
+  r.owner.executor = row[6].as<std::string>();
+  r.owner.epoch = row[7].as<std::int64_t>();
+  r.recovery_attempts = row[8].as<std::int32_t>();
+  r.app_version = row[9].as<std::string>();
+  r.created_at_ms = row[10].as<std::int64_t>();
+  r.updated_at_ms = row[11].as<std::int64_t>();
+  return r;
+}
+
+} // namespace
+
+/// Wraps the libpqxx connection so the header needs no libpqxx.
+struct postgres_store::connection : pqxx::connection {
+  using pqxx::connection::connection;
+};
+
+postgres_store::postgres_store(std::string url, std::string schema,
+                               std::chrono::milliseconds retry_budget)
+  : url_(std::move(url)), schema_(std::move(schema)),
+    retry_budget_(retry_budget) {
+  try {
+    connect();
+  } catch (const pqxx::failure& ex) {
+    throw perdure::error(errc::store_unavailable,
+                         std::string{"cannot connect to PostgreSQL: "}
+                           + ex.what());
+  }
+}
+
+postgres_store::~postgres_store() = default;
+
+void postgres_store::connect() {
+  conn_.reset();
+  auto c = std::make_unique<connection>(url_);
+  auto s = c->quote_name(schema_) + ".";
+  c->prepare("get_run", std::string{"SELECT "} + run_columns + " FROM " + s
+                          + "runs WHERE id = $1");
+  c->prepare("create_run",
+             "INSERT INTO " + s
+               + "runs (id, name, status, inputs, executor, epoch, "
+                 "app_version, created_at, updated_at) VALUES ($1, $2, $3, "
+                 "$4, $5, $6, $7, $8, $8) ON CONFLICT (id) DO NOTHING");
+  c->prepare("claim_runs",
+             "UPDATE " + s
+               + "runs SET epoch = epoch + 1, recovery_attempts = "
+                 "recovery_attempts + 1 WHERE executor = $1 AND status = "
+                 "'PENDING' RETURNING "
+               + run_columns);
+  c->prepare("load_journals",
+             "SELECT run_id, seq, kind, name, outcome, payload, error, "
+             "created_at FROM "
+               + s
+               + "journal WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq");
+  c->prepare("fence_check",
+             "SELECT r.id FROM " + s
+               + "runs r JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS "
+                 "f(id, executor, epoch) ON r.id = f.id AND r.executor = "
+                 "f.executor AND r.epoch = f.epoch WHERE r.status = 'PENDING' "
+                 "ORDER BY r.id FOR SHARE OF r");
+  c->prepare("append_entries",
+             "INSERT INTO " + s
+               + "journal (run_id, seq, kind, name, outcome, payload, error, "
+                 "created_at) SELECT run_id, seq, kind, name, outcome, "
+                 "decode(payload, 'hex'), error, created_at FROM "
+                 "unnest($1::text[], $2::int[], $3::text[], $4::text[], "
+                 "$5::smallint[], $6::text[], $7::text[], $8::bigint[]) AS "
+                 "j(run_id, seq, kind, name, outcome, payload, error, "
+                 "created_at) ON CONFLICT (run_id, seq) DO NOTHING");
+  c->prepare("complete_runs",
+             "UPDATE " + s
+               + "runs r SET status = u.status, output = decode(u.output, "
+                 "'hex'), error = u.error, updated_at = u.at FROM "
+                 "unnest($1::text[], $2::text[], $3::bigint[], $4::text[], "
+                 "$5::text[], $6::text[], $7::bigint[]) AS u(id, executor, "
+                 "epoch, status, output, error, at) WHERE r.id = u.id AND "
+                 "r.executor = u.executor AND r.epoch = u.epoch AND (r.status "
+                 "= 'PENDING' OR r.status = u.status) RETURNING r.id");
+  c->prepare("insert_entry",
+             "INSERT INTO " + s
+               + "journal (run_id, seq, kind, name, outcome, payload, error, "
+                 "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
+  c->prepare("entry_exists",
+             "SELECT 1 FROM " + s + "journal WHERE run_id = $1 AND seq = $2");
+  conn_ = std::move(c);
+}
+
+template <class F>
+auto postgres_store::with_retry(F&& attempt) {
+  try {
+    return detail::with_retry(retry_budget_, attempt, classify,
+                              [this] { connect(); });
+  } catch (const pqxx::failure& ex) {
+    throw perdure::error(errc::store_error, ex.what());
+  }
+}
+
+void postgres_store::migrate() {
+  with_retry([&] {
+    auto schema = conn_->quote_name(schema_);
+    pqxx::work w{*conn_};
+    // Serialise concurrent start-ups of several processes.
+    w.exec("SELECT pg_advisory_xact_lock(7302198253)");
+    w.exec("CREATE SCHEMA IF NOT EXISTS " + schema);
+    w.exec("CREATE TABLE IF NOT EXISTS " + schema
+           + ".schema_migrations (version INT PRIMARY KEY, description TEXT "
+             "NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())");
+    std::set<int> applied;
+    for (const auto& row :
+         w.exec("SELECT version FROM " + schema + ".schema_migrations"))
+      applied.insert(row[0].as<int>());
+    for (auto& m : detail::postgres_migrations(schema)) {
+      if (applied.count(m.version))
+        continue;
+      for (auto& sql : m.statements)
+        w.exec(sql);
+      w.exec_params("INSERT INTO " + schema
+                      + ".schema_migrations (version, description) VALUES "
+                        "($1, $2)",
+                    m.version, m.description);
+    }
+    w.commit();
+    return 0;
+  });
+  // Prepared statements refer to tables that may only exist now.
+  with_retry([&] {
+    connect();
+    return 0;
+  });
+}
+
+int postgres_store::schema_version() {
+  return with_retry([&] {
+    pqxx::read_transaction r{*conn_};
+    return r
+      .exec("SELECT COALESCE(MAX(version), 0) FROM "
+            + conn_->quote_name(schema_) + ".schema_migrations")[0][0]
+      .as<int>();
+  });
+}
+
+create_result postgres_store::create_run(const run_record& run) {
+  return with_retry([&] {
+    pqxx::work w{*conn_};
+    create_result result;
+    auto ins = w.exec_prepared(
+      "create_run", run.id, run.name, std::string{to_string(run.status)},
+      pqxx::binarystring{run.inputs.data(), run.inputs.size()},
+      run.owner.executor, run.owner.epoch, run.app_version, run.created_at_ms);
+    result.created = ins.affected_rows() == 1;
+    auto sel = w.exec_prepared("get_run", run.id);
+    if (sel.empty()) {
+      // Another transaction inserted it and has not committed yet: retry.
+      throw pqxx::serialization_failure("run row not yet visible");
+    }
+    result.run = read_run(sel[0]);
+    w.commit();
+    return result;
+  });
+}
+
+std::optional<run_record> postgres_store::get_run(std::string_view id) {
+  return with_retry([&]() -> std::optional<run_record> {
+    pqxx::read_transaction r{*conn_};
+    auto res = r.exec_prepared("get_run", std::string{id});
+    if (res.empty())
+      return std::nullopt;
+    return read_run(res[0]);
+  });
+}
+
+std::vector<run_record>
+postgres_store::claim_pending_runs(std::string_view executor) {
+  return with_retry([&] {
+    pqxx::work w{*conn_};
+    std::vector<run_record> result;
+    for (const auto& row : w.exec_prepared("claim_runs", std::string{executor}))
+      result.push_back(read_run(row));
+    w.commit();
+    std::sort(result.begin(), result.end(), [](auto& a, auto& b) {
+      return std::tie(a.created_at_ms, a.id) < std::tie(b.created_at_ms, b.id);
+    });
+    return result;
+  });
+}
+
+std::vector<journal_entry>
+postgres_store::load_journals(const std::vector<std::string>& run_ids) {
+  detail::pg_array ids;
+  for (auto& id : run_ids)
+    ids.add(id);
+  return with_retry([&] {
+    pqxx::read_transaction r{*conn_};
+    std::vector<journal_entry> result;
+    for (const auto& row : r.exec_prepared("load_journals", ids.str())) {
+      journal_entry e;
+      e.run_id = row[0].as<std::string>();
+      e.seq = row[1].as<std::int32_t>();
+      auto kind = parse_entry_kind(row[2].as<std::string>());
+      if (!kind)
+        throw perdure::error(errc::store_error,
+                             "journal of run " + e.run_id
+                               + " has an unknown entry kind");
+      e.kind = *kind;
+      e.name = row[3].as<std::string>();
+      e.outcome = static_cast<outcome>(row[4].as<int>());
+      e.payload = row[5].is_null() ? std::string{} : bytes(row[5]);
+      e.error = row[6].is_null() ? std::string{} : row[6].as<std::string>();
+      e.created_at_ms = row[7].as<std::int64_t>();
+      result.push_back(std::move(e));
+    }
+    return result;
+  });
+}
+
+batch_result postgres_store::write_batch(const persistence::write_batch& batch) {
+  // The fence: lock the owned runs FOR SHARE, so a concurrent takeover (which
+  // bumps the epoch) either waits for this commit or makes us see its epoch.
+  detail::pg_array f_ids, f_execs, f_epochs;
+  for (auto& w : batch.appends)
+    f_ids.add(w.entry.run_id), f_execs.add(w.owner.executor),
+      f_epochs.add(w.owner.epoch);
+  detail::pg_array c_ids, c_execs, c_epochs, c_status, c_out, c_err, c_at;
+  for (auto& c : batch.completions) {
+    c_ids.add(c.run_id);
+    c_execs.add(c.owner.executor);
+    c_epochs.add(c.owner.epoch);
+    c_status.add(to_string(c.status));
+    c_out.add_opt(c.output ? std::optional{detail::to_hex(*c.output)}
+                           : std::nullopt);
+    c_err.add_opt(c.error);
+    c_at.add(c.at_ms);
+  }
+  return with_retry([&] {
+    pqxx::work w{*conn_};
+    batch_result result;
+    if (!batch.appends.empty()) {
+      std::unordered_set<std::string> owned;
+      for (const auto& row : w.exec_prepared("fence_check", f_ids.str(),
+                                             f_execs.str(), f_epochs.str()))
+        owned.insert(row[0].as<std::string>());
+      detail::pg_array ids, seqs, kinds, names, outcomes, payloads, errors, ats;
+      result.appends.reserve(batch.appends.size());
+      for (auto& a : batch.appends) {
+        auto ok = owned.count(a.entry.run_id) > 0;
+        result.appends.push_back(ok);
+        if (!ok)
+          continue;
+        auto& e = a.entry;
+        ids.add(e.run_id);
+        seqs.add(e.seq);
+        kinds.add(to_string(e.kind));
+        names.add(e.name);
+        outcomes.add(static_cast<long long>(e.outcome));
+        payloads.add(detail::to_hex(e.payload));
+        errors.add(e.error);
+        ats.add(e.created_at_ms);
+      }
+      if (!owned.empty())
+        w.exec_prepared("append_entries", ids.str(), seqs.str(), kinds.str(),
+                        names.str(), outcomes.str(), payloads.str(),
+                        errors.str(), ats.str());
+    }
+    if (!batch.completions.empty()) {
+      std::unordered_set<std::string> done;
+      for (const auto& row :
+           w.exec_prepared("complete_runs", c_ids.str(), c_execs.str(),
+                           c_epochs.str(), c_status.str(), c_out.str(),
+                           c_err.str(), c_at.str()))
+        done.insert(row[0].as<std::string>());
+      for (auto& c : batch.completions)
+        result.completions.push_back(done.count(c.run_id) > 0);
+    }
+    w.commit();
+    return result;
+  });
+}
+
+transaction_outcome postgres_store::run_transaction(
+  const fence& owner, journal_entry checkpoint,
+  const std::function<std::string(sql_session&)>& body) {
+  bool retrying = false;
+  return with_retry([&] {
+    if (retrying) {
+      // The previous attempt may have committed before the connection broke.
+      pqxx::read_transaction r{*conn_};
+      if (!r.exec_prepared("entry_exists", checkpoint.run_id, checkpoint.seq)
+             .empty())
+        return transaction_outcome::committed;
+    }
+    retrying = true;
+    pqxx::work w{*conn_};
+    detail::pg_array ids, execs, epochs;
+    ids.add(checkpoint.run_id);
+    execs.add(owner.executor);
+    epochs.add(owner.epoch);
+    if (w.exec_prepared("fence_check", ids.str(), execs.str(), epochs.str())
+          .empty())
+      return transaction_outcome::fenced; // rolls back
+    postgres_session session{w};
+    checkpoint.payload = body(session);
+    w.exec_prepared("insert_entry", checkpoint.run_id, checkpoint.seq,
+                    std::string{to_string(checkpoint.kind)}, checkpoint.name,
+                    static_cast<int>(checkpoint.outcome),
+                    pqxx::binarystring{checkpoint.payload.data(),
+                                       checkpoint.payload.size()},
+                    checkpoint.error, checkpoint.created_at_ms);
+    w.commit();
+    return transaction_outcome::committed;
+  });
+}
+
+} // namespace perdure::persistence

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "perdure/persistence/store.hpp"
+
+namespace perdure::persistence {
+
+/// The production store: PostgreSQL through libpqxx. Each instance owns one
+/// connection; several processes may share one database and schema.
+class postgres_store final : public store {
+public:
+  /// Connects to `url` (a libpq URI or keyword string) and uses `schema`.
+  postgres_store(std::string url, std::string schema,
+                 std::chrono::milliseconds retry_budget);
+  ~postgres_store() override;
+
+  postgres_store(const postgres_store&) = delete;
+  postgres_store& operator=(const postgres_store&) = delete;
+
+  const char* dialect() const noexcept override {
+    return "postgresql";
+  }
+
+  void migrate() override;
+  int schema_version() override;
+  create_result create_run(const run_record& run) override;
+  std::optional<run_record> get_run(std::string_view id) override;
+  std::vector<run_record> claim_pending_runs(std::string_view executor) override;
+  std::vector<journal_entry>
+  load_journals(const std::vector<std::string>& run_ids) override;
+  batch_result write_batch(const persistence::write_batch& batch) override;
+  transaction_outcome
+  run_transaction(const fence& owner, journal_entry checkpoint,
+                  const std::function<std::string(sql_session&)>& body) override;
+
+private:
+  void connect();
+  template <class F>
+  auto with_retry(F&& attempt);
+
+  std::string url_;
+  std::string schema_;
+  std::chrono::milliseconds retry_budget_;
+  struct connection;
+  std::unique_ptr<connection> conn_;
+};
+
+} // namespace perdure::persistence

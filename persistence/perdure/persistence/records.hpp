@@ -1,0 +1,116 @@
+#pragma once
+
+// The rows the store reads and writes, as plain values. Payloads are opaque
+// encoded bytes (see codec.hpp); the store never looks inside them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perdure/run_status.hpp"
+
+namespace perdure::persistence {
+
+/// Identifies the owner of a run. Every checkpoint carries it, and the store
+/// rejects a write whose fence is not the run's current one: a process that
+/// lost the run (a zombie) can never record anything for it again.
+struct fence {
+  std::string executor;
+  std::int64_t epoch = 0;
+
+  friend bool operator==(const fence&, const fence&) = default;
+};
+
+/// One workflow run.
+struct run_record {
+  std::string id;
+  std::string name;
+  run_status status = run_status::pending;
+  std::string inputs;
+  std::optional<std::string> output;
+  std::optional<std::string> error;
+  fence owner;
+  std::int32_t recovery_attempts = 0;
+  std::string app_version;
+  std::int64_t created_at_ms = 0;
+  std::int64_t updated_at_ms = 0;
+};
+
+/// What kind of durable operation a journal entry records. Replay compares
+/// it, together with the name, against what the code does at that index.
+enum class entry_kind : std::uint8_t {
+  step,
+  transaction,
+};
+
+/// Returns the stored spelling of `x`.
+const char* to_string(entry_kind x) noexcept;
+
+/// Returns the kind spelled `str`, if any.
+std::optional<entry_kind> parse_entry_kind(const std::string& str) noexcept;
+
+/// How a recorded operation ended.
+enum class outcome : std::uint8_t {
+  /// Completed with `payload` as its result.
+  value = 0,
+  /// Failed after all retries; rethrown as `perdure::step_failed`.
+  failed = 1,
+  /// Failed with a `perdure::terminal_error`; rethrown as such.
+  terminal = 2,
+};
+
+/// One checkpoint in a run's journal.
+struct journal_entry {
+  std::string run_id;
+  std::int32_t seq = 0;
+  entry_kind kind = entry_kind::step;
+  std::string name;
+  persistence::outcome outcome = outcome::value;
+  std::string payload;
+  std::string error;
+  std::int64_t created_at_ms = 0;
+};
+
+/// A fenced journal append.
+struct append_write {
+  fence owner;
+  journal_entry entry;
+};
+
+/// A fenced final status of a run.
+struct completion_write {
+  std::string run_id;
+  fence owner;
+  run_status status = run_status::success;
+  std::optional<std::string> output;
+  std::optional<std::string> error;
+  std::int64_t at_ms = 0;
+};
+
+/// Writes committed together in one transaction by `store::write_batch`.
+struct write_batch {
+  std::vector<append_write> appends;
+  std::vector<completion_write> completions;
+
+  bool empty() const noexcept {
+    return appends.empty() && completions.empty();
+  }
+};
+
+/// Which writes of a batch took effect; `false` means rejected by the fence
+/// (or a duplicate journal index).
+struct batch_result {
+  std::vector<bool> appends;
+  std::vector<bool> completions;
+};
+
+/// What `store::create_run` found.
+struct create_result {
+  /// True if this call inserted the run.
+  bool created = false;
+  /// The run as stored (the existing one if `created` is false).
+  run_record run;
+};
+
+} // namespace perdure::persistence

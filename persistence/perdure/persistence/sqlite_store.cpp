@@ -1,0 +1,532 @@
+#include "perdure/persistence/sqlite_store.hpp"
+
+#include <sqlite3.h>
+
+#include <set>
+
+#include "perdure/persistence/detail/migrations.hpp"
+#include "perdure/persistence/detail/retry.hpp"
+
+namespace perdure::persistence {
+
+namespace {
+
+/// A SQLite result code that is not success, as an exception.
+class sqlite_failure : public std::runtime_error {
+public:
+  sqlite_failure(int code, const std::string& what)
+    : std::runtime_error(what), code_(code) {
+  }
+
+  int code() const noexcept {
+    return code_;
+  }
+
+private:
+  int code_;
+};
+
+[[noreturn]] void fail(sqlite3* db, int code, const std::string& context) {
+  throw sqlite_failure(code, context + ": " + sqlite3_errmsg(db));
+}
+
+detail::failure_kind classify(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const sqlite_failure& ex) {
+    auto primary = ex.code() & 0xff;
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
+      return detail::failure_kind::retry;
+  } catch (...) {
+  }
+  return detail::failure_kind::permanent;
+}
+
+} // namespace
+
+// -- statement ----------------------------------------------------------------
+
+/// A prepared statement, reset after each use.
+class sqlite_store::statement {
+public:
+  statement(sqlite3* db, const std::string& sql) : db_(db) {
+    auto rc = sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT,
+                                 &stmt_, nullptr);
+    if (rc != SQLITE_OK)
+      fail(db, rc, "cannot prepare '" + sql + "'");
+  }
+
+  ~statement() {
+    sqlite3_finalize(stmt_);
+  }
+
+  statement& reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    return *this;
+  }
+
+  statement& bind(int i, std::string_view x) {
+    check(sqlite3_bind_text(stmt_, i, x.data(), static_cast<int>(x.size()),
+                            SQLITE_TRANSIENT));
+    return *this;
+  }
+
+  statement& bind_blob(int i, std::string_view x) {
+    check(sqlite3_bind_blob(stmt_, i, x.data(), static_cast<int>(x.size()),
+                            SQLITE_TRANSIENT));
+    return *this;
+  }
+
+  statement& bind_opt_blob(int i, const std::optional<std::string>& x) {
+    return x ? bind_blob(i, *x) : bind_null(i);
+  }
+
+  statement& bind_opt(int i, const std::optional<std::string>& x) {
+    return x ? bind(i, std::string_view{*x}) : bind_null(i);
+  }
+
+  statement& bind(int i, std::int64_t x) {
+    check(sqlite3_bind_int64(stmt_, i, x));
+    return *this;
+  }
+
+  statement& bind(int i, double x) {
+    check(sqlite3_bind_double(stmt_, i, x));
+    return *this;
+  }
+
+  statement& bind_null(int i) {
+    check(sqlite3_bind_null(stmt_, i));
+    return *this;
+  }
+
+  /// Returns true while there is a row.
+  bool step() {
+    auto rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW)
+      return true;
+    if (rc == SQLITE_DONE)
+      return false;
+    auto code = sqlite3_extended_errcode(db_);
+    std::string msg = sqlite3_errmsg(db_);
+    sqlite3_reset(stmt_);
+    throw sqlite_failure(code, msg);
+  }
+
+  /// Runs a statement that returns no rows.
+  void run() {
+    while (step()) {
+      // drain
+    }
+  }
+
+  std::int64_t int64(int col) {
+    return sqlite3_column_int64(stmt_, col);
+  }
+
+  bool is_null(int col) {
+    return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
+  }
+
+  std::string text(int col) {
+    auto ptr = sqlite3_column_blob(stmt_, col);
+    auto len = sqlite3_column_bytes(stmt_, col);
+    return ptr ? std::string{static_cast<const char*>(ptr),
+                             static_cast<size_t>(len)}
+               : std::string{};
+  }
+
+  std::optional<std::string> opt_text(int col) {
+    if (is_null(col))
+      return std::nullopt;
+    return text(col);
+  }
+
+  int columns() {
+    return sqlite3_column_count(stmt_);
+  }
+
+  sqlite3_stmt* get() {
+    return stmt_;
+  }
+
+private:
+  void check(int rc) {
+    if (rc != SQLITE_OK)
+      fail(db_, rc, "cannot bind parameter");
+  }
+
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// -- user SQL -----------------------------------------------------------------
+
+namespace {
+
+/// Runs the user's statements of a transactional step on our connection.
+class sqlite_session final : public sql_session {
+public:
+  explicit sqlite_session(sqlite3* db) : db_(db) {
+  }
+
+  sql_rows exec(const std::string& sql,
+                const std::vector<sql_param>& params) override {
+    sqlite3_stmt* raw = nullptr;
+    auto rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &raw, nullptr);
+    if (rc != SQLITE_OK)
+      fail(db_, rc, "cannot prepare user statement");
+    std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> stmt{raw,
+                                                               sqlite3_finalize};
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto name = "$" + std::to_string(i + 1);
+      int idx = sqlite3_bind_parameter_index(raw, name.c_str());
+      if (idx == 0)
+        idx = static_cast<int>(i + 1);
+      std::visit(
+        [&](auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::nullptr_t>)
+            rc = sqlite3_bind_null(raw, idx);
+          else if constexpr (std::is_same_v<T, std::int64_t>)
+            rc = sqlite3_bind_int64(raw, idx, x);
+          else if constexpr (std::is_same_v<T, double>)
+            rc = sqlite3_bind_double(raw, idx, x);
+          else
+            rc = sqlite3_bind_text(raw, idx, x.data(),
+                                   static_cast<int>(x.size()), SQLITE_TRANSIENT);
+        },
+        params[i]);
+      if (rc != SQLITE_OK)
+        fail(db_, rc, "cannot bind parameter " + std::to_string(i + 1));
+    }
+    sql_rows result;
+    int cols = sqlite3_column_count(raw);
+    while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
+      auto& row = result.rows.emplace_back();
+      for (int c = 0; c < cols; ++c) {
+        if (sqlite3_column_type(raw, c) == SQLITE_NULL) {
+          row.emplace_back(std::nullopt);
+        } else {
+          auto ptr = sqlite3_column_text(raw, c);
+          row.emplace_back(std::string{reinterpret_cast<const char*>(ptr),
+                                       static_cast<size_t>(
+                                         sqlite3_column_bytes(raw, c))});
+        }
+      }
+    }
+    if (rc != SQLITE_DONE)
+      fail(db_, sqlite3_extended_errcode(db_), "user statement failed");
+    result.affected = sqlite3_changes64(db_);
+    return result;
+  }
+
+  const char* dialect() const noexcept override {
+    return "sqlite";
+  }
+
+private:
+  sqlite3* db_;
+};
+
+constexpr const char* run_columns
+  = "id, name, status, inputs, output, error, executor, epoch, "
+    "recovery_attempts, app_version, created_at, updated_at";
+
+template <class Statement>
+run_record read_run(Statement& st) {
+  run_record r;
+  r.id = st.text(0);
+  r.name = st.text(1);
+  auto status = parse_run_status(st.text(2));
+  if (!status)
+    throw perdure::error(errc::store_error, "run " + r.id
+                                              + " has an unknown status");
+  r.status = *status;
+  r.inputs = st.text(3);
+  r.output = st.opt_text(4);
+  r.error = st.opt_text(5);
+  r.owner.executor = st.text(6);
+  r.owner.epoch = st.int64(7);
+  r.recovery_attempts = static_cast<std::int32_t>(st.int64(8));
+  r.app_version = st.text(9);
+  r.created_at_ms = st.int64(10);
+  r.updated_at_ms = st.int64(11);
+  return r;
+}
+
+} // namespace
+
+// -- sqlite_store -------------------------------------------------------------
+
+template <class F>
+auto sqlite_store::with_retry(F&& attempt) {
+  try {
+    return detail::with_retry(retry_budget_, attempt, classify, [] {});
+  } catch (const sqlite_failure& ex) {
+    throw perdure::error(errc::store_error, ex.what());
+  }
+}
+
+template <class F>
+auto sqlite_store::in_transaction(F&& body) {
+  return with_retry([&] {
+    // IMMEDIATE takes the write lock up front: no deadlocking upgrade later.
+    exec("BEGIN IMMEDIATE");
+    try {
+      auto result = body();
+      exec("COMMIT");
+      return result;
+    } catch (...) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  });
+}
+
+sqlite_store::sqlite_store(std::string path,
+                           std::chrono::milliseconds retry_budget)
+  : path_(std::move(path)), retry_budget_(retry_budget) {
+  auto rc = sqlite3_open_v2(path_.c_str(), &db_,
+                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                              | SQLITE_OPEN_NOMUTEX,
+                            nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    throw perdure::error(errc::store_unavailable,
+                         "cannot open SQLite database '" + path_ + "': " + msg);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  with_retry([&] {
+    exec("PRAGMA journal_mode=WAL");
+    // WAL with synchronous=NORMAL survives any crash of the application;
+    // only an OS crash or power loss may drop the last commits.
+    exec("PRAGMA synchronous=NORMAL");
+    return 0;
+  });
+}
+
+sqlite_store::~sqlite_store() {
+  statements_.clear();
+  sqlite3_close(db_);
+}
+
+sqlite_store::statement& sqlite_store::prepare(const std::string& sql) {
+  auto& slot = statements_[sql];
+  if (!slot)
+    slot = std::make_unique<statement>(db_, sql);
+  return slot->reset();
+}
+
+void sqlite_store::exec(const char* sql) {
+  char* msg = nullptr;
+  auto rc = sqlite3_exec(db_, sql, nullptr, nullptr, &msg);
+  if (rc != SQLITE_OK) {
+    std::string what = msg ? msg : "unknown error";
+    sqlite3_free(msg);
+    throw sqlite_failure(rc, std::string{sql} + ": " + what);
+  }
+}
+
+void sqlite_store::migrate() {
+  in_transaction([&] {
+    exec("CREATE TABLE IF NOT EXISTS schema_migrations ("
+         " version INTEGER PRIMARY KEY, description TEXT NOT NULL)");
+    std::set<int> applied;
+    auto& sel = prepare("SELECT version FROM schema_migrations");
+    while (sel.step())
+      applied.insert(static_cast<int>(sel.int64(0)));
+    sel.reset();
+    for (auto& m : detail::sqlite_migrations()) {
+      if (applied.count(m.version))
+        continue;
+      for (auto& sql : m.statements)
+        exec(sql.c_str());
+      prepare("INSERT INTO schema_migrations (version, description) "
+              "VALUES (?1, ?2)")
+        .bind(1, std::int64_t{m.version})
+        .bind(2, m.description)
+        .run();
+    }
+    return 0;
+  });
+  // Statements prepared before the schema changed must be re-prepared.
+  statements_.clear();
+}
+
+int sqlite_store::schema_version() {
+  return with_retry([&] {
+    auto& st = prepare("SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+    st.step();
+    auto v = static_cast<int>(st.int64(0));
+    st.reset();
+    return v;
+  });
+}
+
+create_result sqlite_store::create_run(const run_record& run) {
+  return in_transaction([&] {
+    create_result result;
+    auto& ins = prepare(
+      "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
+      "app_version, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+      "?7, ?8, ?8) ON CONFLICT (id) DO NOTHING");
+    ins.bind(1, run.id)
+      .bind(2, run.name)
+      .bind(3, to_string(run.status))
+      .bind_blob(4, run.inputs)
+      .bind(5, run.owner.executor)
+      .bind(6, run.owner.epoch)
+      .bind(7, run.app_version)
+      .bind(8, run.created_at_ms)
+      .run();
+    result.created = sqlite3_changes(db_) == 1;
+    auto& sel = prepare(std::string{"SELECT "} + run_columns
+                        + " FROM runs WHERE id = ?1");
+    sel.bind(1, run.id);
+    if (!sel.step())
+      throw perdure::error(errc::store_error, "run vanished: " + run.id);
+    result.run = read_run(sel);
+    sel.reset();
+    return result;
+  });
+}
+
+std::optional<run_record> sqlite_store::get_run(std::string_view id) {
+  return with_retry([&]() -> std::optional<run_record> {
+    auto& sel = prepare(std::string{"SELECT "} + run_columns
+                        + " FROM runs WHERE id = ?1");
+    sel.bind(1, id);
+    if (!sel.step())
+      return std::nullopt;
+    auto r = read_run(sel);
+    sel.reset();
+    return r;
+  });
+}
+
+std::vector<run_record>
+sqlite_store::claim_pending_runs(std::string_view executor) {
+  return in_transaction([&] {
+    prepare("UPDATE runs SET epoch = epoch + 1, "
+            "recovery_attempts = recovery_attempts + 1 "
+            "WHERE executor = ?1 AND status = 'PENDING'")
+      .bind(1, executor)
+      .run();
+    std::vector<run_record> result;
+    auto& sel = prepare(std::string{"SELECT "} + run_columns
+                        + " FROM runs WHERE executor = ?1 AND status = "
+                          "'PENDING' ORDER BY created_at, id");
+    sel.bind(1, executor);
+    while (sel.step())
+      result.push_back(read_run(sel));
+    sel.reset();
+    return result;
+  });
+}
+
+std::vector<journal_entry>
+sqlite_store::load_journals(const std::vector<std::string>& run_ids) {
+  return with_retry([&] {
+    std::vector<journal_entry> result;
+    auto& sel = prepare("SELECT run_id, seq, kind, name, outcome, payload, "
+                        "error, created_at FROM journal WHERE run_id = ?1 "
+                        "ORDER BY seq");
+    for (auto& id : run_ids) {
+      sel.reset().bind(1, id);
+      while (sel.step()) {
+        journal_entry e;
+        e.run_id = sel.text(0);
+        e.seq = static_cast<std::int32_t>(sel.int64(1));
+        auto kind = parse_entry_kind(sel.text(2));
+        if (!kind)
+          throw perdure::error(errc::store_error,
+                               "journal of run " + e.run_id
+                                 + " has an unknown entry kind");
+        e.kind = *kind;
+        e.name = sel.text(3);
+        e.outcome = static_cast<outcome>(sel.int64(4));
+        e.payload = sel.text(5);
+        e.error = sel.text(6);
+        e.created_at_ms = sel.int64(7);
+        result.push_back(std::move(e));
+      }
+    }
+    sel.reset();
+    return result;
+  });
+}
+
+bool sqlite_store::fenced_ok(const std::string& run_id, const fence& owner) {
+  auto& sel = prepare("SELECT 1 FROM runs WHERE id = ?1 AND executor = ?2 AND "
+                      "epoch = ?3 AND status = 'PENDING'");
+  sel.bind(1, run_id).bind(2, owner.executor).bind(3, owner.epoch);
+  auto ok = sel.step();
+  sel.reset();
+  return ok;
+}
+
+bool sqlite_store::insert_entry(const journal_entry& e) {
+  prepare("INSERT INTO journal (run_id, seq, kind, name, outcome, payload, "
+          "error, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+          "ON CONFLICT (run_id, seq) DO NOTHING")
+    .bind(1, e.run_id)
+    .bind(2, std::int64_t{e.seq})
+    .bind(3, to_string(e.kind))
+    .bind(4, e.name)
+    .bind(5, static_cast<std::int64_t>(e.outcome))
+    .bind_blob(6, e.payload)
+    .bind(7, e.error)
+    .bind(8, e.created_at_ms)
+    .run();
+  return sqlite3_changes(db_) == 1;
+}
+
+batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
+  return in_transaction([&] {
+    batch_result result;
+    result.appends.reserve(batch.appends.size());
+    for (auto& w : batch.appends)
+      result.appends.push_back(fenced_ok(w.entry.run_id, w.owner)
+                               && insert_entry(w.entry));
+    for (auto& c : batch.completions) {
+      prepare("UPDATE runs SET status = ?1, output = ?2, error = ?3, "
+              "updated_at = ?4 WHERE id = ?5 AND executor = ?6 AND epoch = ?7 "
+              "AND status = 'PENDING'")
+        .bind(1, to_string(c.status))
+        .bind_opt_blob(2, c.output)
+        .bind_opt(3, c.error)
+        .bind(4, c.at_ms)
+        .bind(5, c.run_id)
+        .bind(6, c.owner.executor)
+        .bind(7, c.owner.epoch)
+        .run();
+      result.completions.push_back(sqlite3_changes(db_) == 1);
+    }
+    return result;
+  });
+}
+
+transaction_outcome sqlite_store::run_transaction(
+  const fence& owner, journal_entry checkpoint,
+  const std::function<std::string(sql_session&)>& body) {
+  struct rejected {};
+  try {
+    return in_transaction([&] {
+      if (!fenced_ok(checkpoint.run_id, owner))
+        throw rejected{};
+      sqlite_session session{db_};
+      checkpoint.payload = body(session);
+      // A zombie's duplicate index must roll back the user's statements too.
+      if (!insert_entry(checkpoint))
+        throw rejected{};
+      return transaction_outcome::committed;
+    });
+  } catch (const rejected&) {
+    return transaction_outcome::fenced;
+  }
+}
+
+} // namespace perdure::persistence

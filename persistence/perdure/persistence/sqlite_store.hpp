@@ -1,0 +1,59 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "perdure/persistence/store.hpp"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace perdure::persistence {
+
+/// The embedded default: one SQLite file in WAL mode, for development and
+/// single-process use. Each instance owns one connection.
+class sqlite_store final : public store {
+public:
+  /// Opens (creating if needed) the database file at `path`.
+  sqlite_store(std::string path, std::chrono::milliseconds retry_budget);
+  ~sqlite_store() override;
+
+  sqlite_store(const sqlite_store&) = delete;
+  sqlite_store& operator=(const sqlite_store&) = delete;
+
+  const char* dialect() const noexcept override {
+    return "sqlite";
+  }
+
+  void migrate() override;
+  int schema_version() override;
+  create_result create_run(const run_record& run) override;
+  std::optional<run_record> get_run(std::string_view id) override;
+  std::vector<run_record> claim_pending_runs(std::string_view executor) override;
+  std::vector<journal_entry>
+  load_journals(const std::vector<std::string>& run_ids) override;
+  batch_result write_batch(const persistence::write_batch& batch) override;
+  transaction_outcome
+  run_transaction(const fence& owner, journal_entry checkpoint,
+                  const std::function<std::string(sql_session&)>& body) override;
+
+private:
+  class statement;
+
+  statement& prepare(const std::string& sql);
+  void exec(const char* sql);
+  template <class F>
+  auto with_retry(F&& attempt);
+  template <class F>
+  auto in_transaction(F&& body);
+  bool fenced_ok(const std::string& run_id, const fence& owner);
+  bool insert_entry(const journal_entry& entry);
+
+  std::string path_;
+  std::chrono::milliseconds retry_budget_;
+  sqlite3* db_ = nullptr;
+  std::map<std::string, std::unique_ptr<statement>> statements_;
+};
+
+} // namespace perdure::persistence

@@ -1,0 +1,90 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "perdure/persistence/records.hpp"
+#include "perdure/sql_session.hpp"
+
+namespace perdure::persistence {
+
+/// Where and how to connect.
+struct store_options {
+  /// `postgresql://...` (any libpq URI) or `sqlite:///abs/path.db` /
+  /// `sqlite://relative.db`.
+  std::string url = "sqlite://perdure.db";
+  /// PostgreSQL schema holding Perdure's tables.
+  std::string schema = "perdure";
+  /// How long transient errors (lost connection, server restart,
+  /// serialization failure, busy database) are retried before giving up.
+  std::chrono::milliseconds retry_budget{30'000};
+};
+
+/// How a transactional step's database transaction ended.
+enum class transaction_outcome {
+  /// The user's statements and the checkpoint committed together.
+  committed,
+  /// The fence rejected the checkpoint; everything was rolled back.
+  fenced,
+};
+
+/// The durable state of Perdure: one interface, two real implementations
+/// (PostgreSQL and SQLite), one conformance suite. An instance owns one
+/// connection and is used by one thread at a time. Transient errors are
+/// retried inside; what a method reports as written has committed.
+/// Failures that retrying cannot fix throw `perdure::error`.
+class store {
+public:
+  virtual ~store() = default;
+
+  /// Returns "postgresql" or "sqlite".
+  virtual const char* dialect() const noexcept = 0;
+
+  /// Applies the versioned migrations this database has not seen yet.
+  virtual void migrate() = 0;
+
+  /// Returns the schema version after `migrate()`.
+  virtual int schema_version() = 0;
+
+  // -- runs -------------------------------------------------------------------
+
+  /// Inserts `run` unless a run with its id exists; returns what is stored.
+  virtual create_result create_run(const run_record& run) = 0;
+
+  /// Returns the run with id `id`, if any.
+  virtual std::optional<run_record> get_run(std::string_view id) = 0;
+
+  /// Takes over every PENDING run owned by `executor`: bumps each run's
+  /// epoch (fencing out any zombie) and its recovery counter, and returns
+  /// the runs as they now are.
+  virtual std::vector<run_record> claim_pending_runs(std::string_view executor)
+    = 0;
+
+  // -- journal ----------------------------------------------------------------
+
+  /// Returns the journal of every run in `run_ids`, ordered by run and seq.
+  virtual std::vector<journal_entry>
+  load_journals(const std::vector<std::string>& run_ids) = 0;
+
+  /// Commits all of `batch` in one transaction, each write fenced.
+  virtual batch_result write_batch(const write_batch& batch) = 0;
+
+  /// Runs `body` and then appends `checkpoint` (with the payload `body`
+  /// returned) in one transaction, fenced by `owner`. Exceptions thrown by
+  /// `body` roll back and propagate.
+  virtual transaction_outcome
+  run_transaction(const fence& owner, journal_entry checkpoint,
+                  const std::function<std::string(sql_session&)>& body)
+    = 0;
+};
+
+/// Opens the store named by `opts.url`. Throws `perdure::error` on a bad URL
+/// or when the database cannot be reached.
+std::unique_ptr<store> open_store(const store_options& opts);
+
+} // namespace perdure::persistence

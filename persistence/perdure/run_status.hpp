@@ -1,0 +1,30 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace perdure {
+
+/// The life cycle of a workflow run, as stored in the database.
+enum class run_status : std::uint8_t {
+  enqueued,
+  pending,
+  success,
+  error,
+  cancelled,
+  retries_exceeded,
+};
+
+/// Returns the stored spelling, e.g. `"PENDING"`.
+std::string_view to_string(run_status x) noexcept;
+
+/// Returns the status spelled `str`, if any.
+std::optional<run_status> parse_run_status(std::string_view str) noexcept;
+
+/// Returns whether a run in status `x` has ended for good.
+constexpr bool is_terminal(run_status x) noexcept {
+  return x != run_status::enqueued && x != run_status::pending;
+}
+
+} // namespace perdure
