@@ -1,5 +1,6 @@
 #include "perdure/runtime.hpp"
 
+#include <caf/logger.hpp>
 #include <caf/send.hpp>
 
 #include <spdlog/spdlog.h>
@@ -43,6 +44,18 @@ std::string random_id() {
 
 // -- runtime_impl ---------------------------------------------------------------
 
+namespace {
+
+/// CAF 0.17 parks a reference to its logger in a thread-local of every
+/// thread that builds the system or spawns an actor, and ~actor_system waits
+/// until the logger dies: application threads drop theirs at once, so the
+/// runtime can stop from any thread.
+void forget_caf_logger() {
+  caf::logger::set_current_actor_system(nullptr);
+}
+
+} // namespace
+
 namespace detail {
 
 runtime_impl::runtime_impl(config c) : cfg(std::move(c)) {
@@ -77,6 +90,7 @@ void runtime_impl::start() {
   system_cfg->set("scheduler.max-threads", cfg.scheduler_threads);
   system_cfg->set("scheduler.max-throughput", std::size_t{300});
   system = std::make_unique<caf::actor_system>(*system_cfg);
+  forget_caf_logger();
   {
     std::lock_guard guard{active_mtx_};
     running_ = true;
@@ -161,6 +175,7 @@ void runtime_impl::spawn_run(persistence::run_record run,
   auto id = run.id;
   active_.emplace(std::move(id), spawn_run_actor(*system, *this, std::move(run),
                                                  std::move(journal)));
+  forget_caf_logger();
 }
 
 void runtime_impl::run_stopped(const std::string& id,

@@ -31,6 +31,23 @@ T unpack(const persistence::journal_entry& e) {
     return persistence::decode<T>(e.payload);
 }
 
+/// GCC 12 destroys a lambda temporary that is created inside a `co_await`
+/// expression twice (a compiler bug, fixed in GCC 13). For a closure that
+/// owns resources (captures a std::string by value, say) that is a double
+/// free, so such closures are refused at compile time there. Capture by
+/// reference (`[&]`), which is safe because the workflow's frame outlives the
+/// step, or build the lambda in a named variable first.
+template <class F>
+constexpr void check_step_callable() {
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+  static_assert(std::is_lvalue_reference_v<F>
+                  || std::is_trivially_destructible_v<std::decay_t<F>>,
+                "GCC 12 double-destroys lambda temporaries with by-value "
+                "captures inside co_await: capture by reference ([&]) or "
+                "name the lambda before co_await (see workflow_context.hpp)");
+#endif
+}
+
 /// Encodes a result, refusing oversized ones.
 template <class T>
 std::string encode_result(const T& x, const run_core& core) {
@@ -93,18 +110,23 @@ public:
   /// replay, the recorded result is returned (or the recorded error thrown:
   /// `terminal_error` or `step_failed`, with the original message).
   /// `fn` runs on another thread while the workflow is suspended: it may
-  /// capture the workflow's locals by reference, but must not touch the
-  /// context.
+  /// capture the workflow's locals by reference (preferred: the frame
+  /// outlives the step), but must not touch the context.
+  ///
+  /// ~~~
+  /// auto total = co_await ctx.step("total", [&] { return price * qty; });
+  /// ~~~
   template <class F>
-  auto step(std::string name, F fn, retry_policy policy = {}) {
-    using result_type = std::invoke_result_t<F&>;
+  auto step(std::string name, F&& fn, retry_policy policy = {}) {
+    detail::check_step_callable<F>();
+    using result_type = std::invoke_result_t<std::decay_t<F>&>;
     auto* core = core_;
     detail::operation op;
     op.seq = core->next_seq();
     op.kind = persistence::entry_kind::step;
     op.name = std::move(name);
     op.policy = policy;
-    op.body = [fn = std::move(fn), core]() mutable {
+    op.body = [fn = std::forward<F>(fn), core]() mutable {
       detail::step_outcome out;
       try {
         if constexpr (std::is_void_v<result_type>)
@@ -131,15 +153,16 @@ public:
   /// together or not at all, so the step is exactly-once. Retried under
   /// `policy` like a step (each attempt is a fresh transaction).
   template <class F>
-  auto transaction(std::string name, F fn, retry_policy policy = {}) {
-    using result_type = std::invoke_result_t<F&, sql_session&>;
+  auto transaction(std::string name, F&& fn, retry_policy policy = {}) {
+    detail::check_step_callable<F>();
+    using result_type = std::invoke_result_t<std::decay_t<F>&, sql_session&>;
     auto* core = core_;
     detail::operation op;
     op.seq = core->next_seq();
     op.kind = persistence::entry_kind::transaction;
     op.name = std::move(name);
     op.policy = policy;
-    op.tx_body = [fn = std::move(fn), core](sql_session& s) mutable {
+    op.tx_body = [fn = std::forward<F>(fn), core](sql_session& s) mutable {
       if constexpr (std::is_void_v<result_type>) {
         fn(s);
         return std::string{};

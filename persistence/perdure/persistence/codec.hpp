@@ -51,11 +51,23 @@ std::string encode(const T& x, encoding enc = encoding::json) {
     cereal::PortableBinaryOutputArchive archive{out};
     archive(x);
   } else {
+    // The archive completes the document when it goes out of scope.
     cereal::JSONOutputArchive archive{
       out, cereal::JSONOutputArchive::Options::NoIndent()};
     archive(cereal::make_nvp("value", x));
   }
-  return std::move(out).str();
+  auto result = std::move(out).str();
+  if (enc == encoding::json) {
+    // rapidjson escapes newlines inside strings, so every raw newline is
+    // layout: drop it for one-line payloads.
+    std::erase(result, '\n');
+    // cereal reads JSON strings as C strings: an embedded NUL would come back
+    // truncated. Such payloads take the binary encoding instead (decoding is
+    // self-describing, so nothing else needs to know).
+    if (result.find("\\u0000") != std::string::npos)
+      return encode(x, encoding::binary);
+  }
+  return result;
 }
 
 /// Returns the value encoded in `bytes`. Throws `perdure::error` with

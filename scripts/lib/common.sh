@@ -1,0 +1,72 @@
+# Shared by scripts/demo, scripts/test and scripts/bench: install what is
+# missing, build into build/. Source it; do not run it.
+
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+# Everything the project needs, from Debian's packages only.
+PERDURE_PACKAGES=(
+  g++ cmake make pkg-config ccache
+  libcaf-dev libpqxx-dev libcereal-dev libspdlog-dev libsqlite3-dev
+  googletest libgtest-dev libbenchmark-dev
+  postgresql sqlite3
+)
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+ensure_packages() {
+  local missing=()
+  for p in "${PERDURE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" \
+      || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "==> installing: ${missing[*]}"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# build <dir> [cmake args...]
+build() {
+  local dir="$1"; shift
+  local werror=OFF
+  [ -n "${CI:-}" ] && werror=ON
+  cmake -S "$ROOT" -B "$ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DPERDURE_WERROR="$werror" "$@" >/dev/null
+  cmake --build "$ROOT/$dir" -j2
+}
+
+# Starts a throwaway PostgreSQL cluster on loopback, as the postgres user,
+# in a temporary directory, on a free non-default port; exports
+# PERDURE_TEST_PG_URL. Call stop_postgres from an EXIT trap.
+start_postgres() {
+  local bin
+  bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+  PG_TMP="$(mktemp -d /tmp/perdure-pg.XXXXXX)"
+  chown postgres "$PG_TMP" 2>/dev/null || as_root chown postgres "$PG_TMP"
+  PG_PORT=$(( 20000 + RANDOM % 20000 ))
+  while (echo > "/dev/tcp/127.0.0.1/$PG_PORT") 2>/dev/null; do
+    PG_PORT=$(( PG_PORT + 1 ))
+  done
+  PG_BIN="$bin"
+  as_root runuser -u postgres -- "$bin/initdb" -D "$PG_TMP/data" -A trust \
+    -U postgres --no-sync >/dev/null
+  as_root runuser -u postgres -- "$bin/pg_ctl" -D "$PG_TMP/data" -w -l "$PG_TMP/log" \
+    -o "-p $PG_PORT -k $PG_TMP -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300" \
+    start >/dev/null
+  as_root runuser -u postgres -- "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" perdure_test
+  export PERDURE_TEST_PG_URL="postgresql://postgres@127.0.0.1:$PG_PORT/perdure_test"
+  echo "==> PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP)"
+}
+
+stop_postgres() {
+  if [ -n "${PG_TMP:-}" ] && [ -d "$PG_TMP" ]; then
+    as_root runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG_TMP/data" -m immediate \
+      stop >/dev/null 2>&1 || true
+    rm -rf "$PG_TMP"
+  fi
+}

@@ -1,0 +1,148 @@
+// The group-commit writer against both stores: every write acknowledged
+// only after it is visible to another connection, many writes per commit.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "perdure/persistence/journal_writer.hpp"
+#include "perdure/persistence/store.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace perdure::persistence;
+
+namespace {
+
+class journal_writer_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+    control_ = open_store(db_.store_options());
+    control_->migrate();
+  }
+
+  void create_runs(int n) {
+    for (int i = 0; i < n; ++i) {
+      run_record r;
+      r.id = "run-" + std::to_string(i);
+      r.name = "wf";
+      r.owner = {"me", 1};
+      control_->create_run(r);
+    }
+  }
+
+  static append_write entry(int run, int seq, std::int64_t epoch = 1) {
+    append_write w;
+    w.owner = {"me", epoch};
+    w.entry.run_id = "run-" + std::to_string(run);
+    w.entry.seq = seq;
+    w.entry.name = "s";
+    w.entry.payload = std::to_string(run * 1000 + seq);
+    return w;
+  }
+
+  test::database db_;
+  std::unique_ptr<store> control_;
+};
+
+} // namespace
+
+TEST_F(journal_writer_test, batches_concurrent_writers_into_few_commits) {
+  constexpr int runs = 64;
+  constexpr int steps = 20;
+  create_runs(runs);
+  journal_writer writer{open_store(db_.store_options())};
+  std::atomic<int> committed{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < runs; ++r)
+    threads.emplace_back([&, r] {
+      for (int s = 0; s < steps; ++s) {
+        // Like a workflow: the next write only after the previous ack.
+        std::mutex m;
+        std::condition_variable cv;
+        std::optional<write_ack> ack;
+        writer.append(entry(r, s), [&](write_ack a) {
+          std::lock_guard g{m};
+          ack = a;
+          cv.notify_one();
+        });
+        std::unique_lock g{m};
+        cv.wait(g, [&] { return ack.has_value(); });
+        if (*ack == write_ack::committed)
+          ++committed;
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(committed.load(), runs * steps);
+  std::vector<std::string> ids;
+  for (int r = 0; r < runs; ++r)
+    ids.push_back("run-" + std::to_string(r));
+  EXPECT_EQ(control_->load_journals(ids).size(),
+            static_cast<size_t>(runs * steps));
+  EXPECT_LT(writer.batches_committed(), static_cast<uint64_t>(runs * steps))
+    << "group commit should put several writes into one transaction";
+}
+
+TEST_F(journal_writer_test, acks_only_after_the_write_is_visible_elsewhere) {
+  create_runs(1);
+  journal_writer writer{open_store(db_.store_options())};
+  auto reader = open_store(db_.store_options());
+  std::mutex m;
+  std::condition_variable cv;
+  bool seen_in_callback = false, done = false;
+  writer.append(entry(0, 0), [&](write_ack a) {
+    EXPECT_EQ(a, write_ack::committed);
+    // Runs on the writer thread right after the commit.
+    auto j = reader->load_journals({"run-0"});
+    std::lock_guard g{m};
+    seen_in_callback = j.size() == 1;
+    done = true;
+    cv.notify_one();
+  });
+  std::unique_lock g{m};
+  cv.wait(g, [&] { return done; });
+  EXPECT_TRUE(seen_in_callback);
+}
+
+TEST_F(journal_writer_test, rejects_fenced_writes_individually) {
+  create_runs(2);
+  journal_writer writer{open_store(db_.store_options())};
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<std::optional<write_ack>> acks(2);
+  int n = 0;
+  auto cb = [&](int i) {
+    return [&, i](write_ack a) {
+      std::lock_guard g{m};
+      acks[i] = a;
+      ++n;
+      cv.notify_one();
+    };
+  };
+  writer.append(entry(0, 0, 1), cb(0));
+  writer.append(entry(1, 0, 5), cb(1)); // wrong epoch
+  std::unique_lock g{m};
+  cv.wait(g, [&] { return n == 2; });
+  EXPECT_EQ(acks[0], write_ack::committed);
+  EXPECT_EQ(acks[1], write_ack::rejected);
+}
+
+TEST_F(journal_writer_test, drains_queued_writes_on_destruction) {
+  create_runs(1);
+  std::atomic<int> acked{0};
+  {
+    journal_writer writer{open_store(db_.store_options())};
+    for (int s = 0; s < 100; ++s)
+      writer.append(entry(0, s), [&](write_ack a) {
+        if (a == write_ack::committed)
+          ++acked;
+      });
+  }
+  EXPECT_EQ(acked.load(), 100);
+  EXPECT_EQ(control_->load_journals({"run-0"}).size(), 100u);
+}

@@ -1,0 +1,272 @@
+// The store contract, run unchanged against SQLite and PostgreSQL.
+
+#include <gtest/gtest.h>
+
+#include "perdure/error.hpp"
+#include "perdure/persistence/store.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace perdure::persistence;
+
+namespace {
+
+class store_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+    store_ = open_store(db_.store_options());
+    store_->migrate();
+  }
+
+  run_record make_run(std::string id, std::string inputs = "{\"value\":1}") {
+    run_record r;
+    r.id = std::move(id);
+    r.name = "wf";
+    r.inputs = std::move(inputs);
+    r.owner = {"exec-a", 1};
+    r.created_at_ms = 1000;
+    return r;
+  }
+
+  append_write append(const std::string& run, int seq, fence owner,
+                      std::string payload = "p") {
+    append_write w;
+    w.owner = std::move(owner);
+    w.entry.run_id = run;
+    w.entry.seq = seq;
+    w.entry.name = "step-" + std::to_string(seq);
+    w.entry.payload = std::move(payload);
+    w.entry.created_at_ms = 2000;
+    return w;
+  }
+
+  test::database db_;
+  std::unique_ptr<store> store_;
+};
+
+} // namespace
+
+TEST_F(store_test, reports_its_dialect) {
+  EXPECT_STREQ(store_->dialect(),
+               test::store_under_test() == "postgres" ? "postgresql" : "sqlite");
+}
+
+TEST_F(store_test, migrations_are_versioned_and_idempotent) {
+  EXPECT_EQ(store_->schema_version(), 1);
+  store_->migrate();
+  auto other = open_store(db_.store_options());
+  other->migrate();
+  EXPECT_EQ(other->schema_version(), 1);
+}
+
+TEST_F(store_test, create_run_is_idempotent_by_id) {
+  auto first = store_->create_run(make_run("r1"));
+  EXPECT_TRUE(first.created);
+  auto again = store_->create_run(make_run("r1", "{\"value\":2}"));
+  EXPECT_FALSE(again.created);
+  EXPECT_EQ(again.run.inputs, "{\"value\":1}") << "the stored run wins";
+  EXPECT_EQ(again.run.status, run_status::pending);
+  EXPECT_EQ(again.run.owner, (fence{"exec-a", 1}));
+}
+
+TEST_F(store_test, get_run_returns_nothing_for_unknown_ids) {
+  EXPECT_FALSE(store_->get_run("nope").has_value());
+}
+
+TEST_F(store_test, injection_like_ids_are_plain_data) {
+  std::string evil = "x'); DROP TABLE runs; --\"\\";
+  ASSERT_TRUE(store_->create_run(make_run(evil)).created);
+  auto back = store_->get_run(evil);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->id, evil);
+  auto result = store_->write_batch(
+    {.appends = {append(evil, 0, {"exec-a", 1})}, .completions = {}});
+  EXPECT_TRUE(result.appends.at(0));
+  auto journal = store_->load_journals({evil});
+  ASSERT_EQ(journal.size(), 1u);
+  EXPECT_EQ(journal[0].run_id, evil);
+}
+
+TEST_F(store_test, binary_payloads_keep_every_byte) {
+  std::string bytes;
+  for (int i = 0; i < 256; ++i)
+    bytes.push_back(static_cast<char>(i));
+  bytes += std::string(3, '\0');
+  ASSERT_TRUE(store_->create_run(make_run("bin", bytes)).created);
+  EXPECT_EQ(store_->get_run("bin")->inputs, bytes);
+  ASSERT_TRUE(store_
+                ->write_batch({.appends = {append("bin", 0, {"exec-a", 1}, bytes)},
+                               .completions = {}})
+                .appends.at(0));
+  EXPECT_EQ(store_->load_journals({"bin"}).at(0).payload, bytes);
+  ASSERT_TRUE(store_
+                ->write_batch({.appends = {},
+                               .completions = {{.run_id = "bin",
+                                                .owner = {"exec-a", 1},
+                                                .status = run_status::success,
+                                                .output = bytes,
+                                                .error = std::nullopt,
+                                                .at_ms = 3}}})
+                .completions.at(0));
+  EXPECT_EQ(store_->get_run("bin")->output, bytes);
+}
+
+TEST_F(store_test, a_one_megabyte_payload_round_trips) {
+  std::string big(1 << 20, 'x');
+  big[12345] = '\0';
+  ASSERT_TRUE(store_->create_run(make_run("big", big)).created);
+  EXPECT_EQ(store_->get_run("big")->inputs, big);
+}
+
+TEST_F(store_test, journals_load_in_run_and_seq_order) {
+  store_->create_run(make_run("a"));
+  store_->create_run(make_run("b"));
+  fence f{"exec-a", 1};
+  store_->write_batch({.appends = {append("b", 1, f), append("a", 1, f),
+                                   append("b", 0, f), append("a", 0, f)},
+                       .completions = {}});
+  auto j = store_->load_journals({"a", "b"});
+  ASSERT_EQ(j.size(), 4u);
+  EXPECT_EQ(j[0].run_id, "a");
+  EXPECT_EQ(j[0].seq, 0);
+  EXPECT_EQ(j[1].seq, 1);
+  EXPECT_EQ(j[2].run_id, "b");
+  EXPECT_EQ(j[3].seq, 1);
+  EXPECT_EQ(j[3].name, "step-1");
+  EXPECT_EQ(store_->load_journals({"a"}).size(), 2u);
+}
+
+TEST_F(store_test, the_fence_rejects_stale_owners_and_keeps_the_rest_of_a_batch) {
+  store_->create_run(make_run("mine"));
+  store_->create_run(make_run("stolen"));
+  // Recovery bumps the epoch of every PENDING run of exec-a.
+  auto claimed = store_->claim_pending_runs("exec-a");
+  ASSERT_EQ(claimed.size(), 2u);
+  EXPECT_EQ(claimed[0].owner.epoch, 2);
+  EXPECT_EQ(claimed[0].recovery_attempts, 1);
+  auto result = store_->write_batch(
+    {.appends = {append("mine", 0, {"exec-a", 2}),
+                 append("stolen", 0, {"exec-a", 1}),     // zombie epoch
+                 append("stolen", 1, {"exec-b", 2})},    // wrong executor
+     .completions = {}});
+  EXPECT_EQ(result.appends, (std::vector<bool>{true, false, false}));
+  EXPECT_EQ(store_->load_journals({"stolen"}).size(), 0u);
+  EXPECT_EQ(store_->load_journals({"mine"}).size(), 1u);
+}
+
+TEST_F(store_test, completions_are_fenced_and_final) {
+  store_->create_run(make_run("r"));
+  completion_write c{.run_id = "r",
+                     .owner = {"exec-a", 7},
+                     .status = run_status::success,
+                     .output = std::string{"out"},
+                     .error = std::nullopt,
+                     .at_ms = 5};
+  EXPECT_FALSE(store_->write_batch({.appends = {}, .completions = {c}})
+                 .completions.at(0));
+  c.owner.epoch = 1;
+  EXPECT_TRUE(store_->write_batch({.appends = {}, .completions = {c}})
+                .completions.at(0));
+  auto r = store_->get_run("r");
+  EXPECT_EQ(r->status, run_status::success);
+  EXPECT_EQ(r->output, "out");
+  // Once ended, no append is accepted, even from the owner.
+  EXPECT_FALSE(
+    store_->write_batch({.appends = {append("r", 0, {"exec-a", 1})},
+                         .completions = {}})
+      .appends.at(0));
+  // An ended run is not claimed by recovery.
+  EXPECT_TRUE(store_->claim_pending_runs("exec-a").empty());
+}
+
+TEST_F(store_test, a_transaction_commits_user_rows_and_checkpoint_together) {
+  test::sql_client sql{db_};
+  sql.exec("CREATE TABLE " + sql.table("accounts")
+           + " (id TEXT PRIMARY KEY, balance INTEGER)");
+  store_->create_run(make_run("t"));
+  journal_entry cp;
+  cp.run_id = "t";
+  cp.seq = 0;
+  cp.kind = entry_kind::transaction;
+  cp.name = "open";
+  auto outcome = store_->run_transaction({"exec-a", 1}, cp, [&](sql_session& s) {
+    auto r = s.exec_params("INSERT INTO " + sql.table("accounts")
+                             + " (id, balance) VALUES ($1, $2)",
+                           "alice", 100);
+    EXPECT_EQ(r.affected, 1);
+    auto rows = s.exec_params("SELECT balance FROM " + sql.table("accounts")
+                                + " WHERE id = $1",
+                              "alice");
+    EXPECT_EQ(rows.rows.at(0).at(0), "100");
+    return std::string{"opened"};
+  });
+  EXPECT_EQ(outcome, transaction_outcome::committed);
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("accounts")), "1");
+  auto j = store_->load_journals({"t"});
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].kind, entry_kind::transaction);
+  EXPECT_EQ(j[0].payload, "opened");
+}
+
+TEST_F(store_test, a_failing_transaction_leaves_neither_rows_nor_checkpoint) {
+  test::sql_client sql{db_};
+  sql.exec("CREATE TABLE " + sql.table("accounts")
+           + " (id TEXT PRIMARY KEY, balance INTEGER)");
+  store_->create_run(make_run("t"));
+  journal_entry cp{.run_id = "t", .seq = 0, .kind = entry_kind::transaction,
+                   .name = "open"};
+  EXPECT_ANY_THROW(store_->run_transaction({"exec-a", 1}, cp, [&](sql_session& s) {
+    s.exec_params("INSERT INTO " + sql.table("accounts")
+                    + " (id, balance) VALUES ($1, $2)",
+                  "alice", 100);
+    throw std::runtime_error("user code fails after writing");
+    return std::string{};
+  }));
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("accounts")), "0");
+  EXPECT_TRUE(store_->load_journals({"t"}).empty());
+}
+
+TEST_F(store_test, a_fenced_transaction_rolls_back_the_user_rows) {
+  test::sql_client sql{db_};
+  sql.exec("CREATE TABLE " + sql.table("accounts")
+           + " (id TEXT PRIMARY KEY, balance INTEGER)");
+  store_->create_run(make_run("t"));
+  journal_entry cp{.run_id = "t", .seq = 0, .kind = entry_kind::transaction,
+                   .name = "open"};
+  bool body_ran = false;
+  auto outcome = store_->run_transaction({"exec-a", 99}, cp, [&](sql_session& s) {
+    body_ran = true;
+    s.exec_params("INSERT INTO " + sql.table("accounts")
+                    + " (id, balance) VALUES ($1, $2)",
+                  "alice", 100);
+    return std::string{};
+  });
+  EXPECT_EQ(outcome, transaction_outcome::fenced);
+  EXPECT_FALSE(body_ran) << "a zombie must not even run the user's SQL";
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("accounts")), "0");
+}
+
+TEST_F(store_test, user_sql_binds_injection_like_values_as_data) {
+  test::sql_client sql{db_};
+  sql.exec("CREATE TABLE " + sql.table("notes") + " (body TEXT)");
+  store_->create_run(make_run("t"));
+  std::string evil = "'); DROP TABLE notes; --";
+  journal_entry cp{.run_id = "t", .seq = 0, .kind = entry_kind::transaction,
+                   .name = "note"};
+  store_->run_transaction({"exec-a", 1}, cp, [&](sql_session& s) {
+    s.exec_params("INSERT INTO " + sql.table("notes") + " (body) VALUES ($1)",
+                  evil);
+    return std::string{};
+  });
+  EXPECT_EQ(sql.scalar("SELECT body FROM " + sql.table("notes")), evil);
+}
+
+TEST_F(store_test, bad_urls_are_clear_errors) {
+  try {
+    open_store({.url = "mysql://x"});
+    FAIL();
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::invalid_argument);
+  }
+}

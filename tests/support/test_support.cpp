@@ -1,0 +1,181 @@
+#include "support/test_support.hpp"
+
+#include <pqxx/pqxx>
+#include <sqlite3.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace perdure::test {
+
+namespace {
+
+std::string unique_suffix() {
+  static std::atomic<int> counter{0};
+  std::random_device rd;
+  return std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_"
+         + std::to_string(rd() % 1000000);
+}
+
+} // namespace
+
+std::string store_under_test() {
+  auto env = std::getenv("PERDURE_TEST_STORE");
+  std::string kind = env ? env : "sqlite";
+  if (kind != "sqlite" && kind != "postgres")
+    throw std::runtime_error("PERDURE_TEST_STORE must be sqlite or postgres");
+  return kind;
+}
+
+database database::fresh() {
+  database db;
+  if (store_under_test() == "postgres") {
+    auto url = std::getenv("PERDURE_TEST_PG_URL");
+    if (url == nullptr || *url == '\0')
+      throw std::runtime_error(
+        "PERDURE_TEST_PG_URL is not set: run the PostgreSQL tests through "
+        "scripts/test, which starts a throwaway server");
+    db.url = url;
+    db.schema = "t_" + unique_suffix();
+    db.postgres = true;
+  } else {
+    auto dir = std::filesystem::temp_directory_path() / "perdure-tests";
+    std::filesystem::create_directories(dir);
+    db.url = "sqlite://" + (dir / ("t_" + unique_suffix() + ".db")).string();
+    db.schema = "perdure";
+  }
+  return db;
+}
+
+config database::runtime_config(std::string executor_id) const {
+  config cfg;
+  cfg.database_url = url;
+  cfg.schema = schema;
+  cfg.executor_id = std::move(executor_id);
+  cfg.db_retry_budget = std::chrono::milliseconds{10'000};
+  cfg.poll_interval = std::chrono::milliseconds{20};
+  return cfg;
+}
+
+// -- sql_client -----------------------------------------------------------------
+
+struct sql_client::impl {
+  std::unique_ptr<pqxx::connection> pg;
+  sqlite3* lite = nullptr;
+  std::string schema;
+
+  ~impl() {
+    if (lite)
+      sqlite3_close(lite);
+  }
+};
+
+sql_client::sql_client(const database& db) : impl_(std::make_unique<impl>()) {
+  impl_->schema = db.schema;
+  if (db.postgres) {
+    impl_->pg = std::make_unique<pqxx::connection>(db.url);
+    pqxx::nontransaction nt{*impl_->pg};
+    nt.exec("CREATE SCHEMA IF NOT EXISTS " + impl_->pg->quote_name(db.schema));
+  } else {
+    auto path = db.url.substr(std::string{"sqlite://"}.size());
+    if (sqlite3_open(path.c_str(), &impl_->lite) != SQLITE_OK)
+      throw std::runtime_error("cannot open " + path);
+    sqlite3_busy_timeout(impl_->lite, 10000);
+  }
+}
+
+sql_client::~sql_client() = default;
+
+const char* sql_client::dialect() const {
+  return impl_->pg ? "postgresql" : "sqlite";
+}
+
+std::string sql_client::table(const std::string& t) const {
+  if (impl_->pg)
+    return impl_->pg->quote_name(impl_->schema) + "." + t;
+  return t;
+}
+
+sql_rows sql_client::exec(const std::string& sql,
+                          const std::vector<sql_param>& params) {
+  sql_rows result;
+  auto text_of = [](const sql_param& p) -> std::optional<std::string> {
+    return std::visit(
+      [](auto& x) -> std::optional<std::string> {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::nullptr_t>)
+          return std::nullopt;
+        else if constexpr (std::is_same_v<T, std::string>)
+          return x;
+        else
+          return std::to_string(x);
+      },
+      p);
+  };
+  if (impl_->pg) {
+    std::vector<std::optional<std::string>> texts;
+    for (auto& p : params)
+      texts.push_back(text_of(p));
+    std::vector<const char*> ptrs;
+    for (auto& t : texts)
+      ptrs.push_back(t ? t->c_str() : nullptr);
+    pqxx::work w{*impl_->pg};
+    auto res = w.exec_params(sql, pqxx::prepare::make_dynamic_params(ptrs));
+    for (const auto& row : res) {
+      auto& out = result.rows.emplace_back();
+      for (const auto& f : row)
+        out.emplace_back(f.is_null() ? std::nullopt
+                                     : std::optional<std::string>{f.c_str()});
+    }
+    result.affected = static_cast<std::int64_t>(res.affected_rows());
+    w.commit();
+    return result;
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(impl_->lite, sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
+    throw std::runtime_error(std::string{"prepare: "}
+                             + sqlite3_errmsg(impl_->lite));
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto name = "$" + std::to_string(i + 1);
+    int idx = sqlite3_bind_parameter_index(st, name.c_str());
+    if (idx == 0)
+      idx = static_cast<int>(i + 1);
+    if (auto t = text_of(params[i]))
+      sqlite3_bind_text(st, idx, t->data(), static_cast<int>(t->size()),
+                        SQLITE_TRANSIENT);
+    else
+      sqlite3_bind_null(st, idx);
+  }
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    auto& out = result.rows.emplace_back();
+    for (int c = 0; c < sqlite3_column_count(st); ++c) {
+      if (sqlite3_column_type(st, c) == SQLITE_NULL)
+        out.emplace_back(std::nullopt);
+      else
+        out.emplace_back(std::string{
+          reinterpret_cast<const char*>(sqlite3_column_text(st, c)),
+          static_cast<size_t>(sqlite3_column_bytes(st, c))});
+    }
+  }
+  std::string err = rc == SQLITE_DONE ? "" : sqlite3_errmsg(impl_->lite);
+  sqlite3_finalize(st);
+  if (!err.empty())
+    throw std::runtime_error("sqlite: " + err);
+  result.affected = sqlite3_changes(impl_->lite);
+  return result;
+}
+
+std::string sql_client::scalar(const std::string& sql,
+                               const std::vector<sql_param>& params) {
+  auto rows = exec(sql, params);
+  if (rows.rows.size() != 1 || rows.rows[0].size() != 1)
+    throw std::runtime_error("not a scalar result: " + sql);
+  return rows.rows[0][0].value_or("NULL");
+}
+
+} // namespace perdure::test

@@ -1,0 +1,68 @@
+#pragma once
+
+// What every test needs: a fresh database on the store under test (the
+// environment variable PERDURE_TEST_STORE picks "sqlite" or "postgres"), a
+// runtime config pointing at it, and a plain SQL client for asserting on
+// tables directly.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perdure/config.hpp"
+#include "perdure/persistence/store.hpp"
+#include "perdure/sql_session.hpp"
+
+namespace perdure::test {
+
+/// A database (SQLite file or PostgreSQL schema) no other test uses.
+struct database {
+  std::string url;
+  std::string schema;
+  bool postgres = false;
+
+  /// Returns the store options for it.
+  persistence::store_options store_options() const {
+    return {.url = url, .schema = schema,
+            .retry_budget = std::chrono::milliseconds{10'000}};
+  }
+
+  /// Returns a runtime config for it.
+  config runtime_config(std::string executor_id = "local") const;
+
+  /// Returns a fresh database on the store under test.
+  static database fresh();
+};
+
+/// Returns "sqlite" or "postgres" (the store under test).
+std::string store_under_test();
+
+/// Plain SQL on a test database, for set-up and assertions that must not go
+/// through the code under test. `$1`-style parameters on both stores.
+class sql_client {
+public:
+  explicit sql_client(const database& db);
+  ~sql_client();
+
+  sql_client(const sql_client&) = delete;
+  sql_client& operator=(const sql_client&) = delete;
+
+  sql_rows exec(const std::string& sql, const std::vector<sql_param>& params = {});
+
+  /// Returns the single value of a one-row, one-column query (as text).
+  std::string scalar(const std::string& sql,
+                     const std::vector<sql_param>& params = {});
+
+  /// Returns the dialect: "postgresql" or "sqlite".
+  const char* dialect() const;
+
+  /// Returns the name of table `t`, qualified by the schema on PostgreSQL.
+  std::string table(const std::string& t) const;
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace perdure::test
