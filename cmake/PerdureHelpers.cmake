@@ -7,8 +7,10 @@ function(perdure_set_options target)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
   if(PERDURE_SANITIZE)
+    # Recoverable UBSan, so tools/ubsan.supp can silence CAF's one benign
+    # report; halt_on_error=1 (set per test) still stops at anything else.
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined
-                           -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+                           -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
 endfunction()
@@ -29,6 +31,11 @@ function(perdure_register_test test_name)
   add_test(NAME ${test_name} COMMAND ${T_BINARY} ${T_ARGS})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
+  endif()
+  if(PERDURE_SANITIZE)
+    list(APPEND T_ENV
+      "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=${PROJECT_SOURCE_DIR}/tools/ubsan.supp"
+      "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1")
   endif()
   set_tests_properties(${test_name} PROPERTIES LABELS "${T_LABELS}"
                        TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENV}")

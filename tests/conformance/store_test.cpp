@@ -155,6 +155,20 @@ TEST_F(store_test, the_fence_rejects_stale_owners_and_keeps_the_rest_of_a_batch)
   EXPECT_EQ(store_->load_journals({"mine"}).size(), 1u);
 }
 
+TEST_F(store_test, rewriting_an_index_under_the_same_fence_keeps_the_first_value) {
+  store_->create_run(make_run("r"));
+  fence f{"exec-a", 1};
+  EXPECT_TRUE(store_->write_batch({.appends = {append("r", 0, f, "first")},
+                                   .completions = {}})
+                .appends.at(0));
+  EXPECT_TRUE(store_->write_batch({.appends = {append("r", 0, f, "second")},
+                                   .completions = {}})
+                .appends.at(0));
+  auto j = store_->load_journals({"r"});
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].payload, "first");
+}
+
 TEST_F(store_test, completions_are_fenced_and_final) {
   store_->create_run(make_run("r"));
   completion_write c{.run_id = "r",

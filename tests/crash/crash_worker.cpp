@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
         side_table().exec("INSERT INTO " + step_log
                             + " (run_id, seq, incarnation) VALUES ($1, $2, $3)",
                           {id, std::int64_t{i}, std::int64_t{incarnation}});
-        std::this_thread::sleep_for(2ms);
+        std::this_thread::sleep_for(5ms);
         return static_cast<long>(i * i + n);
       });
     }

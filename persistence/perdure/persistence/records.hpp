@@ -98,8 +98,9 @@ struct write_batch {
   }
 };
 
-/// Which writes of a batch took effect; `false` means rejected by the fence
-/// (or a duplicate journal index).
+/// Which writes of a batch took effect; `false` means rejected by the fence.
+/// Rewriting an existing journal index under a valid fence succeeds and keeps
+/// the first value (an owner re-sending a write whose commit was in doubt).
 struct batch_result {
   std::vector<bool> appends;
   std::vector<bool> completions;

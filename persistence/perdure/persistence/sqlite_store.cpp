@@ -488,9 +488,14 @@ batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
   return in_transaction([&] {
     batch_result result;
     result.appends.reserve(batch.appends.size());
-    for (auto& w : batch.appends)
-      result.appends.push_back(fenced_ok(w.entry.run_id, w.owner)
-                               && insert_entry(w.entry));
+    for (auto& w : batch.appends) {
+      // Under a valid fence only the owner writes, so an index that exists
+      // already is the owner's own earlier write: keep it, report success.
+      auto ok = fenced_ok(w.entry.run_id, w.owner);
+      if (ok)
+        insert_entry(w.entry);
+      result.appends.push_back(ok);
+    }
     for (auto& c : batch.completions) {
       prepare("UPDATE runs SET status = ?1, output = ?2, error = ?3, "
               "updated_at = ?4 WHERE id = ?5 AND executor = ?6 AND epoch = ?7 "
