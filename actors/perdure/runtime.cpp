@@ -137,7 +137,8 @@ void runtime_impl::recover() {
         });
         continue;
       }
-      spawn_run(std::move(run), std::move(journals[runs[i].id]));
+      auto journal = std::move(journals[run.id]);
+      spawn_run(std::move(run), std::move(journal));
     }
   }
 }
