@@ -35,12 +35,16 @@ task<std::string> catches() {
 
 } // namespace
 
+task<int> set_flag(bool* ran) {
+  *ran = true;
+  co_return 1;
+}
+
 TEST(task, is_lazy_until_started) {
   bool ran = false;
-  auto t = [&]() -> task<int> {
-    ran = true;
-    co_return 1;
-  }();
+  // A coroutine lambda with captures would dangle here (its closure dies at
+  // the end of the statement): free functions with value parameters do not.
+  auto t = set_flag(&ran);
   EXPECT_FALSE(ran);
   t.start();
   EXPECT_TRUE(ran);
@@ -61,20 +65,23 @@ TEST(task, exceptions_travel_to_the_awaiter) {
   EXPECT_EQ(t.take_result(), "caught boom");
 }
 
+struct never {
+  bool await_ready() {
+    return false;
+  }
+  void await_suspend(std::coroutine_handle<>) {
+  }
+  void await_resume() {
+  }
+};
+
+task<int> wait_forever() {
+  co_await never{};
+  co_return 1;
+}
+
 TEST(task, an_unfinished_frame_can_be_destroyed) {
-  struct never {
-    bool await_ready() {
-      return false;
-    }
-    void await_suspend(std::coroutine_handle<>) {
-    }
-    void await_resume() {
-    }
-  };
-  auto t = []() -> task<int> {
-    co_await never{};
-    co_return 1;
-  }();
+  auto t = wait_forever();
   t.start();
   EXPECT_FALSE(t.done());
   t.reset(); // must not leak or crash (ASan checks)
