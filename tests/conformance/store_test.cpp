@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "perdure/error.hpp"
 #include "perdure/persistence/store.hpp"
 #include "support/test_support.hpp"
@@ -282,5 +285,37 @@ TEST_F(store_test, bad_urls_are_clear_errors) {
     FAIL();
   } catch (const perdure::error& ex) {
     EXPECT_EQ(ex.code(), errc::invalid_argument);
+  }
+}
+
+TEST_F(store_test, transient_failures_are_retried_inside_the_store) {
+  test::sql_client sql{db_};
+  if (db_.postgres) {
+    // Lose the connection (as on a server restart): the next calls reconnect.
+    auto opts = db_.store_options();
+    auto app = "victim_" + db_.schema;
+    opts.url += (opts.url.find('?') == std::string::npos ? "?" : "&")
+                + std::string{"application_name="} + app;
+    auto victim = open_store(opts);
+    ASSERT_TRUE(victim->create_run(make_run("before")).created);
+    auto killed = sql.exec("SELECT pg_terminate_backend(pid) FROM "
+                           "pg_stat_activity WHERE application_name = $1",
+                           {app});
+    ASSERT_EQ(killed.rows.size(), 1u);
+    EXPECT_TRUE(victim->get_run("before").has_value());
+    EXPECT_TRUE(victim->create_run(make_run("after")).created);
+    EXPECT_TRUE(victim
+                  ->write_batch({.appends = {append("after", 0, {"exec-a", 1})},
+                                 .completions = {}})
+                  .appends.at(0));
+  } else {
+    // Another connection holds the write lock for a while: writers wait.
+    sql.exec("BEGIN IMMEDIATE");
+    std::thread releaser{[&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds{300});
+      sql.exec("COMMIT");
+    }};
+    EXPECT_TRUE(store_->create_run(make_run("waited")).created);
+    releaser.join();
   }
 }
