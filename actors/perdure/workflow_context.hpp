@@ -121,11 +121,8 @@ public:
     detail::check_step_callable<F>();
     using result_type = std::invoke_result_t<std::decay_t<F>&>;
     auto* core = core_;
-    detail::operation op;
-    op.seq = core->next_seq();
-    op.kind = persistence::entry_kind::step;
-    op.name = std::move(name);
-    op.policy = policy;
+    auto op = next_operation(persistence::entry_kind::step, std::move(name),
+                             policy);
     op.body = [fn = std::forward<F>(fn), core]() mutable {
       detail::step_outcome out;
       try {
@@ -157,11 +154,8 @@ public:
     detail::check_step_callable<F>();
     using result_type = std::invoke_result_t<std::decay_t<F>&, sql_session&>;
     auto* core = core_;
-    detail::operation op;
-    op.seq = core->next_seq();
-    op.kind = persistence::entry_kind::transaction;
-    op.name = std::move(name);
-    op.policy = policy;
+    auto op = next_operation(persistence::entry_kind::transaction,
+                             std::move(name), policy);
     op.tx_body = [fn = std::forward<F>(fn), core](sql_session& s) mutable {
       if constexpr (std::is_void_v<result_type>) {
         fn(s);
@@ -174,6 +168,17 @@ public:
   }
 
 private:
+  /// Returns the operation at the next journal index.
+  detail::operation next_operation(persistence::entry_kind kind,
+                                   std::string name, retry_policy policy) {
+    detail::operation op;
+    op.seq = core_->next_seq();
+    op.kind = kind;
+    op.name = std::move(name);
+    op.policy = policy;
+    return op;
+  }
+
   detail::run_core* core_;
 };
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -10,6 +11,25 @@ namespace perdure {
 
 /// A parameter of a user SQL statement.
 using sql_param = std::variant<std::nullptr_t, std::int64_t, double, std::string>;
+
+/// Returns `p` as SQL text, or nothing for NULL.
+inline std::optional<std::string> to_text(const sql_param& p) {
+  return std::visit(
+    [](auto& x) -> std::optional<std::string> {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, std::nullptr_t>)
+        return std::nullopt;
+      else if constexpr (std::is_same_v<T, std::string>)
+        return x;
+      else if constexpr (std::is_same_v<T, double>) {
+        char buf[32]; // shortest text that reads back as the same double
+        auto res = std::to_chars(buf, buf + sizeof buf, x);
+        return std::string{buf, res.ptr};
+      } else
+        return std::to_string(x);
+    },
+    p);
+}
 
 /// The rows a statement returned; a `nullopt` cell is SQL NULL.
 struct sql_rows {

@@ -44,6 +44,11 @@ protected:
     return w;
   }
 
+  static void create_accounts(test::sql_client& sql) {
+    sql.exec("CREATE TABLE " + sql.table("accounts")
+             + " (id TEXT PRIMARY KEY, balance INTEGER)");
+  }
+
   test::database db_;
   std::unique_ptr<store> store_;
 };
@@ -199,8 +204,7 @@ TEST_F(store_test, completions_are_fenced_and_final) {
 
 TEST_F(store_test, a_transaction_commits_user_rows_and_checkpoint_together) {
   test::sql_client sql{db_};
-  sql.exec("CREATE TABLE " + sql.table("accounts")
-           + " (id TEXT PRIMARY KEY, balance INTEGER)");
+  create_accounts(sql);
   store_->create_run(make_run("t"));
   journal_entry cp;
   cp.run_id = "t";
@@ -228,8 +232,7 @@ TEST_F(store_test, a_transaction_commits_user_rows_and_checkpoint_together) {
 
 TEST_F(store_test, a_failing_transaction_leaves_neither_rows_nor_checkpoint) {
   test::sql_client sql{db_};
-  sql.exec("CREATE TABLE " + sql.table("accounts")
-           + " (id TEXT PRIMARY KEY, balance INTEGER)");
+  create_accounts(sql);
   store_->create_run(make_run("t"));
   journal_entry cp{.run_id = "t", .seq = 0, .kind = entry_kind::transaction,
                    .name = "open"};
@@ -246,8 +249,7 @@ TEST_F(store_test, a_failing_transaction_leaves_neither_rows_nor_checkpoint) {
 
 TEST_F(store_test, a_fenced_transaction_rolls_back_the_user_rows) {
   test::sql_client sql{db_};
-  sql.exec("CREATE TABLE " + sql.table("accounts")
-           + " (id TEXT PRIMARY KEY, balance INTEGER)");
+  create_accounts(sql);
   store_->create_run(make_run("t"));
   journal_entry cp{.run_id = "t", .seq = 0, .kind = entry_kind::transaction,
                    .name = "open"};

@@ -103,23 +103,10 @@ std::string sql_client::table(const std::string& t) const {
 sql_rows sql_client::exec(const std::string& sql,
                           const std::vector<sql_param>& params) {
   sql_rows result;
-  auto text_of = [](const sql_param& p) -> std::optional<std::string> {
-    return std::visit(
-      [](auto& x) -> std::optional<std::string> {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::nullptr_t>)
-          return std::nullopt;
-        else if constexpr (std::is_same_v<T, std::string>)
-          return x;
-        else
-          return std::to_string(x);
-      },
-      p);
-  };
   if (impl_->pg) {
     std::vector<std::optional<std::string>> texts;
     for (auto& p : params)
-      texts.push_back(text_of(p));
+      texts.push_back(to_text(p));
     std::vector<const char*> ptrs;
     for (auto& t : texts)
       ptrs.push_back(t ? t->c_str() : nullptr);
@@ -144,7 +131,7 @@ sql_rows sql_client::exec(const std::string& sql,
     int idx = sqlite3_bind_parameter_index(st, name.c_str());
     if (idx == 0)
       idx = static_cast<int>(i + 1);
-    if (auto t = text_of(params[i]))
+    if (auto t = to_text(params[i]))
       sqlite3_bind_text(st, idx, t->data(), static_cast<int>(t->size()),
                         SQLITE_TRANSIENT);
     else

@@ -181,20 +181,27 @@ struct run_state : run_core {
   void on_ack(std::int32_t seq, std::int32_t ack) {
     if (!op || op->seq != seq)
       return;
+    if (write_committed(ack, "its checkpoint"))
+      resume_with(std::move(unacked));
+  }
+
+  /// Returns true if the write was committed; otherwise stops the actor,
+  /// leaving the run to its new owner (rejected) or to recovery (failed).
+  bool write_committed(std::int32_t ack, const char* what) {
     switch (static_cast<persistence::write_ack>(ack)) {
       case persistence::write_ack::committed:
-        resume_with(std::move(unacked));
-        return;
+        return true;
       case persistence::write_ack::rejected:
         lost_ownership();
-        return;
+        return false;
       case persistence::write_ack::failed:
-        spdlog::error("perdure: run {} stops: its checkpoint could not be "
-                      "written; it stays PENDING for recovery",
-                      run_id_);
+        spdlog::error("perdure: run {} stops: {} could not be written; it "
+                      "stays PENDING for recovery",
+                      run_id_, what);
         stop(std::nullopt);
-        return;
+        return false;
     }
+    return false;
   }
 
   void lost_ownership() {
@@ -259,20 +266,8 @@ struct run_state : run_core {
   }
 
   void on_ended(std::int32_t ack) {
-    switch (static_cast<persistence::write_ack>(ack)) {
-      case persistence::write_ack::committed:
-        stop(*final_outcome);
-        return;
-      case persistence::write_ack::rejected:
-        lost_ownership();
-        return;
-      case persistence::write_ack::failed:
-        spdlog::error("perdure: run {} finished but its status could not be "
-                      "written; it stays PENDING for recovery",
-                      run_id_);
-        stop(std::nullopt);
-        return;
-    }
+    if (write_committed(ack, "its final status"))
+      stop(*final_outcome);
   }
 
   void stop(std::optional<run_outcome> outcome) {

@@ -46,17 +46,7 @@ public:
     std::vector<std::optional<std::string>> texts;
     texts.reserve(params.size());
     for (auto& p : params)
-      texts.push_back(std::visit(
-        [](auto& x) -> std::optional<std::string> {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, std::nullptr_t>)
-            return std::nullopt;
-          else if constexpr (std::is_same_v<T, std::string>)
-            return x;
-          else
-            return pqxx::to_string(x);
-        },
-        p));
+      texts.push_back(to_text(p));
     std::vector<const char*> ptrs;
     ptrs.reserve(texts.size());
     for (auto& t : texts)
