@@ -30,14 +30,20 @@ ensure_packages() {
   fi
 }
 
-# build <dir> [cmake args...]
+# build <dir> [--target <t>]... [cmake -D args...]: configure and compile.
+# Warnings are errors under CI (CI=true).
 build() {
   local dir="$1"; shift
+  local targets=() cmake_args=()
+  while [ $# -gt 0 ]; do
+    if [ "$1" = "--target" ]; then targets+=(--target "$2"); shift 2
+    else cmake_args+=("$1"); shift; fi
+  done
   local werror=OFF
   [ -n "${CI:-}" ] && werror=ON
   cmake -S "$ROOT" -B "$ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DPERDURE_WERROR="$werror" "$@" >/dev/null
-  cmake --build "$ROOT/$dir" -j2
+    -DPERDURE_WERROR="$werror" "${cmake_args[@]}" >/dev/null
+  cmake --build "$ROOT/$dir" -j2 "${targets[@]}"
 }
 
 # Starts a throwaway PostgreSQL cluster on loopback, as the postgres user,
