@@ -35,7 +35,8 @@ function(perdure_register_test test_name)
   if(PERDURE_SANITIZE)
     list(APPEND T_ENV
       "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=${PROJECT_SOURCE_DIR}/tools/ubsan.supp"
-      "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1")
+      "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1"
+      "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tools/lsan.supp")
   endif()
   set_tests_properties(${test_name} PROPERTIES LABELS "${T_LABELS}"
                        TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENV}")

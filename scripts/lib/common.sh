@@ -9,7 +9,7 @@ PERDURE_PACKAGES=(
   g++ cmake make pkg-config ccache
   libcaf-dev libpqxx-dev libcereal-dev libspdlog-dev libsqlite3-dev
   googletest libgtest-dev libbenchmark-dev
-  postgresql sqlite3
+  postgresql sqlite3 bsdextrautils
 )
 
 as_root() {
@@ -42,13 +42,15 @@ build() {
   local werror=OFF
   [ -n "${CI:-}" ] && werror=ON
   cmake -S "$ROOT" -B "$ROOT/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DPERDURE_WERROR="$werror" "${cmake_args[@]}" >/dev/null
+    -DPERDURE_WERROR="$werror" -DPERDURE_BUILD_TESTS=ON -DPERDURE_BUILD_BENCH=ON \
+    "${cmake_args[@]}" >/dev/null
   cmake --build "$ROOT/$dir" -j2 "${targets[@]}"
 }
 
 # Starts a throwaway PostgreSQL cluster on loopback, as the postgres user,
 # in a temporary directory, on a free non-default port; exports
-# PERDURE_TEST_PG_URL. Call stop_postgres from an EXIT trap.
+# PERDURE_TEST_PG_URL. Call stop_postgres from an EXIT trap. Tests run with
+# fsync=off (PG_EXTRA_OPTS overrides: the benchmarks keep fsync on).
 start_postgres() {
   local bin
   bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
@@ -62,7 +64,7 @@ start_postgres() {
   as_root runuser -u postgres -- "$bin/initdb" -D "$PG_TMP/data" -A trust \
     -U postgres --no-sync >/dev/null
   as_root runuser -u postgres -- "$bin/pg_ctl" -D "$PG_TMP/data" -w -l "$PG_TMP/log" \
-    -o "-p $PG_PORT -k $PG_TMP -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300" \
+    -o "-p $PG_PORT -k $PG_TMP -c listen_addresses=127.0.0.1 -c max_connections=300 ${PG_EXTRA_OPTS:--c fsync=off}" \
     start >/dev/null
   as_root runuser -u postgres -- "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" perdure_test
   export PERDURE_TEST_PG_URL="postgresql://postgres@127.0.0.1:$PG_PORT/perdure_test"

@@ -1,0 +1,438 @@
+// perdure-bench: end-to-end scenarios against a live database, one JSON line
+// per run. Throughput scenarios report their ratio to `baseline`, the plainest
+// batched insert of the same number of journal-sized rows on the same
+// database, measured in the same run.
+//
+//   perdure-bench <scenario> --store pg|sqlite [--url URL] [--schema S]
+//                 [--workflows W] [--steps S] [--baseline-rows-per-s R]
+//
+// Scenarios: baseline, step_throughput, step_latency, recovery.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <pqxx/pqxx>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perdure/perdure.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+using bench_clock = std::chrono::steady_clock;
+
+namespace {
+
+// -- options ----------------------------------------------------------------------
+
+struct options {
+  std::string scenario;
+  std::string store = "sqlite";
+  std::string url;
+  std::string schema;
+  int workflows = 0;
+  int steps = 0;
+  int incarnation = 0;
+  double baseline_rows_per_s = 0;
+  std::string self; // argv[0], for the recovery child
+};
+
+options parse(int argc, char** argv) {
+  options o;
+  o.self = argv[0];
+  if (argc < 2)
+    throw std::runtime_error("usage: perdure-bench <scenario> --store pg|sqlite ...");
+  o.scenario = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--store") o.store = v;
+    else if (k == "--url") o.url = v;
+    else if (k == "--schema") o.schema = v;
+    else if (k == "--workflows") o.workflows = std::stoi(v);
+    else if (k == "--steps") o.steps = std::stoi(v);
+    else if (k == "--incarnation") o.incarnation = std::stoi(v);
+    else if (k == "--baseline-rows-per-s") o.baseline_rows_per_s = std::stod(v);
+    else throw std::runtime_error("unknown option " + k);
+  }
+  if (o.store != "pg" && o.store != "sqlite")
+    throw std::runtime_error("--store must be pg or sqlite");
+  return o;
+}
+
+/// A fresh database for one scenario (a new schema or a new file), unless
+/// one is named (the recovery child reuses its parent's).
+test::database database_for(const options& o) {
+  test::database db;
+  db.postgres = o.store == "pg";
+  std::random_device rd;
+  auto suffix = std::to_string(::getpid()) + "_" + std::to_string(rd() % 100000);
+  if (db.postgres) {
+    db.url = o.url;
+    if (db.url.empty())
+      throw std::runtime_error("--url postgresql://... is required for pg");
+    db.schema = o.schema.empty() ? "bench_" + suffix : o.schema;
+  } else {
+    if (!o.url.empty()) {
+      db.url = o.url;
+    } else {
+      auto dir = std::filesystem::temp_directory_path() / "perdure-bench";
+      std::filesystem::create_directories(dir);
+      db.url = "sqlite://" + (dir / ("bench_" + suffix + ".db")).string();
+    }
+    db.schema = "perdure";
+  }
+  return db;
+}
+
+config runtime_config(const test::database& db) {
+  auto c = db.runtime_config("bench");
+  c.poll_interval = 10ms;
+  return c;
+}
+
+// -- JSON line --------------------------------------------------------------------
+
+class json_line {
+public:
+  json_line& add(const std::string& k, const std::string& v) {
+    sep();
+    out_ << '"' << k << "\":\"" << v << '"';
+    return *this;
+  }
+
+  json_line& add(const std::string& k, double v) {
+    sep();
+    out_ << '"' << k << "\":" << v;
+    return *this;
+  }
+
+  void print() {
+    std::cout << '{' << out_.str() << '}' << std::endl;
+  }
+
+private:
+  void sep() {
+    if (!first_)
+      out_ << ',';
+    first_ = false;
+  }
+
+  bool first_ = true;
+  std::ostringstream out_;
+};
+
+json_line header(const options& o) {
+  json_line j;
+  j.add("scenario", o.scenario).add("store", o.store);
+  return j;
+}
+
+double seconds_since(bench_clock::time_point t0) {
+  return std::chrono::duration<double>(bench_clock::now() - t0).count();
+}
+
+long count_rows(test::sql_client& sql, const std::string& table,
+                const std::string& where = "") {
+  return std::stol(sql.scalar("SELECT COUNT(*) FROM " + sql.table(table)
+                              + (where.empty() ? "" : " WHERE " + where)));
+}
+
+// -- baseline ---------------------------------------------------------------------
+
+/// The same number of journal-sized rows as `step_throughput` writes, by the
+/// plainest batched insert there is: PostgreSQL COPY, SQLite one prepared
+/// INSERT; 1000 rows per transaction, no runtime.
+double baseline(const options& o, long rows) {
+  auto db = database_for(o);
+  test::sql_client sql{db};
+  auto table = sql.table("baseline_journal");
+  sql.exec("CREATE TABLE " + table
+           + " (run_id TEXT NOT NULL, seq INT NOT NULL, kind TEXT NOT NULL, "
+             "name TEXT NOT NULL, outcome SMALLINT NOT NULL, payload "
+             + std::string{db.postgres ? "BYTEA" : "BLOB"}
+           + ", error TEXT, created_at BIGINT NOT NULL, PRIMARY KEY (run_id, "
+             "seq))");
+  constexpr long batch = 1000;
+  auto payload = std::string{"{\"value\":42}"};
+  auto t0 = bench_clock::now();
+  if (db.postgres) {
+    pqxx::connection c{db.url};
+    for (long first = 0; first < rows; first += batch) {
+      pqxx::work w{c};
+      pqxx::stream_to s{w, db.schema + ".baseline_journal",
+                        std::vector<std::string>{"run_id", "seq", "kind", "name",
+                                                 "outcome", "payload", "error",
+                                                 "created_at"}};
+      for (long i = first; i < std::min(rows, first + batch); ++i)
+        s << std::make_tuple("run-" + std::to_string(i / 20), i % 20, "step",
+                             "s", 0, "\\x7b2276616c7565223a34327d", "", 1L);
+      s.complete();
+      w.commit();
+    }
+  } else {
+    sqlite3* lite = nullptr;
+    sqlite3_open(db.url.substr(9).c_str(), &lite);
+    sqlite3_exec(lite, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+                 nullptr, nullptr, nullptr);
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(lite,
+                       "INSERT INTO baseline_journal VALUES (?1, ?2, 'step', "
+                       "'s', 0, ?3, '', 1)",
+                       -1, &st, nullptr);
+    for (long first = 0; first < rows; first += batch) {
+      sqlite3_exec(lite, "BEGIN", nullptr, nullptr, nullptr);
+      for (long i = first; i < std::min(rows, first + batch); ++i) {
+        auto id = "run-" + std::to_string(i / 20);
+        sqlite3_bind_text(st, 1, id.c_str(), -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 2, i % 20);
+        sqlite3_bind_blob(st, 3, payload.data(), static_cast<int>(payload.size()),
+                          SQLITE_STATIC);
+        sqlite3_step(st);
+        sqlite3_reset(st);
+      }
+      sqlite3_exec(lite, "COMMIT", nullptr, nullptr, nullptr);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(lite);
+  }
+  auto secs = seconds_since(t0);
+  if (count_rows(sql, "baseline_journal") != rows)
+    throw std::runtime_error("baseline wrote the wrong number of rows");
+  return static_cast<double>(rows) / secs;
+}
+
+// -- step_throughput --------------------------------------------------------------
+
+task<int> trivial_steps(workflow_context& ctx, int steps) {
+  int sum = 0;
+  for (int i = 0; i < steps; ++i)
+    sum += co_await ctx.step("s" + std::to_string(i), [i] { return i; });
+  co_return sum;
+}
+
+void step_throughput(const options& o) {
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  rt.register_workflow("trivial", trivial_steps);
+  rt.start();
+  auto t0 = bench_clock::now();
+  std::vector<workflow_handle<int>> handles;
+  handles.reserve(static_cast<size_t>(o.workflows));
+  for (int w = 0; w < o.workflows; ++w)
+    handles.push_back(rt.start_workflow<int>("trivial", o.steps));
+  int expected = o.steps * (o.steps - 1) / 2;
+  for (auto& h : handles)
+    if (h.get(300s) != expected)
+      throw std::runtime_error("wrong workflow output");
+  auto secs = seconds_since(t0);
+  test::sql_client sql{db};
+  auto rows = count_rows(sql, "journal");
+  double steps = static_cast<double>(o.workflows) * o.steps;
+  auto j = header(o);
+  j.add("workflows", o.workflows)
+    .add("steps", o.steps)
+    .add("seconds", secs)
+    .add("steps_per_s", steps / secs)
+    .add("workflows_per_s", o.workflows / secs)
+    .add("journal_rows", static_cast<double>(rows))
+    .add("journal_rows_ok", rows == static_cast<long>(steps) ? 1.0 : 0.0);
+  if (o.baseline_rows_per_s > 0)
+    j.add("baseline_rows_per_s", o.baseline_rows_per_s)
+      .add("ratio_to_baseline", steps / secs / o.baseline_rows_per_s);
+  j.print();
+}
+
+// -- step_latency -----------------------------------------------------------------
+
+std::vector<double> latencies_us;
+
+task<int> timed_steps(workflow_context& ctx, int steps) {
+  // Timing outside steps is not deterministic; fine for a benchmark that is
+  // never replayed.
+  auto last = bench_clock::now();
+  for (int i = 0; i < steps; ++i) {
+    co_await ctx.step("s" + std::to_string(i), [i] { return i; });
+    auto now = bench_clock::now();
+    latencies_us.push_back(
+      std::chrono::duration<double, std::micro>(now - last).count());
+    last = now;
+  }
+  co_return steps;
+}
+
+void step_latency(const options& o) {
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  rt.register_workflow("timed", timed_steps);
+  rt.start();
+  latencies_us.reserve(static_cast<size_t>(o.steps));
+  rt.start_workflow<int>("timed", o.steps).get(300s);
+  auto v = latencies_us;
+  std::sort(v.begin(), v.end());
+  auto pct = [&](double p) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+  };
+  header(o)
+    .add("steps", o.steps)
+    .add("p50_us", pct(0.50))
+    .add("p90_us", pct(0.90))
+    .add("p99_us", pct(0.99))
+    .add("max_us", v.back())
+    .print();
+}
+
+// -- recovery ---------------------------------------------------------------------
+
+std::atomic<long> reexecuted{0};
+
+/// The recovery child: incarnation 0 blocks every run in step 5 (the kill
+/// comes while all are there); incarnation 1 counts steps 0-4 that run again.
+int recovery_child(const options& o) {
+  auto db = database_for(o);
+  auto cfg = runtime_config(db);
+  runtime rt{cfg};
+  int incarnation = o.incarnation;
+  rt.register_workflow("ten", [incarnation](workflow_context& ctx,
+                                            int steps) -> task<int> {
+    int sum = 0;
+    for (int i = 0; i < steps; ++i) {
+      sum += co_await ctx.step("s" + std::to_string(i), [i, incarnation] {
+        if (incarnation > 0 && i < 5)
+          ++reexecuted;
+        if (incarnation == 0 && i == 5)
+          std::this_thread::sleep_for(1h); // killed here
+        return i;
+      });
+    }
+    co_return sum;
+  });
+  rt.start();
+  if (incarnation == 0) {
+    for (int w = 0; w < o.workflows; ++w)
+      rt.start_workflow<int>("ten", o.steps, {.id = "r" + std::to_string(w)});
+    test::sql_client sql{db};
+    while (count_rows(sql, "journal", "seq = 4") < o.workflows)
+      std::this_thread::sleep_for(5ms);
+    std::cout << "ALL_IN_STEP_5" << std::endl;
+    std::this_thread::sleep_for(1h);
+    return 1;
+  }
+  for (int w = 0; w < o.workflows; ++w)
+    rt.retrieve_workflow<int>("r" + std::to_string(w)).get(300s);
+  std::cout << "DONE " << reexecuted.load() << std::endl;
+  return 0;
+}
+
+/// Runs the child, returns the pid; its stdout arrives on `out_fd`.
+pid_t spawn_child(const options& o, const test::database& db, int incarnation,
+                  int& out_fd) {
+  int fds[2];
+  if (pipe(fds) != 0)
+    throw std::runtime_error("pipe");
+  auto pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    auto w = std::to_string(o.workflows), s = std::to_string(o.steps),
+         inc = std::to_string(incarnation);
+    execl(o.self.c_str(), o.self.c_str(), "recovery-child", "--store",
+          o.store.c_str(), "--url", db.url.c_str(), "--schema", db.schema.c_str(),
+          "--workflows", w.c_str(), "--steps", s.c_str(), "--incarnation",
+          inc.c_str(), nullptr);
+    _exit(127);
+  }
+  close(fds[1]);
+  out_fd = fds[0];
+  return pid;
+}
+
+std::string read_until(int fd, const std::string& word) {
+  std::string buf;
+  char chunk[4096];
+  while (buf.find(word) == std::string::npos) {
+    auto n = read(fd, chunk, sizeof chunk);
+    if (n <= 0)
+      throw std::runtime_error("child ended before printing " + word + ": " + buf);
+    buf.append(chunk, static_cast<size_t>(n));
+  }
+  return buf.substr(buf.find(word));
+}
+
+void recovery(const options& o) {
+  auto db = database_for(o);
+  {
+    // Create the schema up front so the child's poll finds the tables.
+    runtime rt{runtime_config(db)};
+    rt.start();
+  }
+  int out = -1;
+  auto first = spawn_child(o, db, 0, out);
+  read_until(out, "ALL_IN_STEP_5");
+  kill(first, SIGKILL);
+  waitpid(first, nullptr, 0);
+  close(out);
+  auto t0 = bench_clock::now();
+  auto second = spawn_child(o, db, 1, out);
+  auto line = read_until(out, "DONE");
+  auto ms = seconds_since(t0) * 1000;
+  int status = 0;
+  waitpid(second, &status, 0);
+  close(out);
+  std::istringstream in{line.substr(5)};
+  long again = -1;
+  in >> again;
+  test::sql_client sql{db};
+  auto ok = count_rows(sql, "runs", "status = 'SUCCESS'");
+  header(o)
+    .add("workflows", o.workflows)
+    .add("steps", o.steps)
+    .add("recover_ms", ms)
+    .add("reexecuted_checkpointed_steps", static_cast<double>(again))
+    .add("success_runs", static_cast<double>(ok))
+    .print();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    auto o = parse(argc, argv);
+    if (o.scenario == "baseline") {
+      long rows = static_cast<long>(o.workflows) * o.steps;
+      auto rate = baseline(o, rows);
+      header(o).add("rows", static_cast<double>(rows)).add("rows_per_s", rate).print();
+    } else if (o.scenario == "step_throughput") {
+      step_throughput(o);
+    } else if (o.scenario == "step_latency") {
+      step_latency(o);
+    } else if (o.scenario == "recovery") {
+      recovery(o);
+    } else if (o.scenario == "recovery-child") {
+      return recovery_child(o);
+    } else {
+      std::cerr << "unknown scenario " << o.scenario << "\n";
+      return 2;
+    }
+  } catch (const std::exception& ex) {
+    std::cerr << "perdure-bench: " << ex.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
