@@ -92,24 +92,26 @@ constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at";
 
-run_record read_run(const pqxx::row& row) {
+/// Reads the run columns starting at column `first`.
+run_record read_run(const pqxx::row& all, int first = 0) {
+  auto row = [&](int i) { return all[first + i]; };
   run_record r;
-  r.id = row[0].as<std::string>();
-  r.name = row[1].as<std::string>();
-  auto status = parse_run_status(row[2].as<std::string>());
+  r.id = row(0).as<std::string>();
+  r.name = row(1).as<std::string>();
+  auto status = parse_run_status(row(2).as<std::string>());
   if (!status)
     throw perdure::error(errc::store_error,
                          "run " + r.id + " has an unknown status");
   r.status = *status;
-  r.inputs = bytes(row[3]);
-  r.output = opt_bytes(row[4]);
-  r.error = opt_text(row[5]);
-  r.owner.executor = row[6].as<std::string>();
-  r.owner.epoch = row[7].as<std::int64_t>();
-  r.recovery_attempts = row[8].as<std::int32_t>();
-  r.app_version = row[9].as<std::string>();
-  r.created_at_ms = row[10].as<std::int64_t>();
-  r.updated_at_ms = row[11].as<std::int64_t>();
+  r.inputs = bytes(row(3));
+  r.output = opt_bytes(row(4));
+  r.error = opt_text(row(5));
+  r.owner.executor = row(6).as<std::string>();
+  r.owner.epoch = row(7).as<std::int64_t>();
+  r.recovery_attempts = row(8).as<std::int32_t>();
+  r.app_version = row(9).as<std::string>();
+  r.created_at_ms = row(10).as<std::int64_t>();
+  r.updated_at_ms = row(11).as<std::int64_t>();
   return r;
 }
 
@@ -141,11 +143,18 @@ void postgres_store::connect() {
   auto s = c->quote_name(schema_) + ".";
   c->prepare("get_run", std::string{"SELECT "} + run_columns + " FROM " + s
                           + "runs WHERE id = $1");
+  // Insert-or-read in one statement (one round trip, autocommit). A row
+  // inserted by a transaction still in flight is not visible to the read
+  // half: the caller retries.
   c->prepare("create_run",
-             "INSERT INTO " + s
+             "WITH ins AS (INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
                  "app_version, created_at, updated_at) VALUES ($1, $2, $3, "
-                 "$4, $5, $6, $7, $8, $8) ON CONFLICT (id) DO NOTHING");
+                 "$4, $5, $6, $7, $8, $8) ON CONFLICT (id) DO NOTHING "
+                 "RETURNING "
+               + run_columns + ") SELECT true, " + run_columns
+               + " FROM ins UNION ALL SELECT false, " + run_columns + " FROM "
+               + s + "runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
   c->prepare("claim_runs",
              "UPDATE " + s
                + "runs SET epoch = epoch + 1, recovery_attempts = "
@@ -157,30 +166,44 @@ void postgres_store::connect() {
              "created_at FROM "
                + s
                + "journal WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq");
-  c->prepare("fence_check",
-             "SELECT r.id FROM " + s
-               + "runs r JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS "
-                 "f(id, executor, epoch) ON r.id = f.id AND r.executor = "
-                 "f.executor AND r.epoch = f.epoch WHERE r.status = 'PENDING' "
-                 "ORDER BY r.id FOR SHARE OF r");
-  c->prepare("append_entries",
-             "INSERT INTO " + s
+  // The fence: lock each named run FOR SHARE by primary key (a lookup per
+  // run, whatever the planner thinks of the runs table's statistics), then
+  // keep those still PENDING under the expected owner and epoch.
+  auto fence_sql
+    = "SELECT r.id FROM unnest($1::text[], $2::text[], $3::bigint[]) AS "
+      "f(id, executor, epoch), LATERAL (SELECT id, executor, epoch, status "
+      "FROM "
+      + s
+      + "runs WHERE id = f.id FOR SHARE) r WHERE r.executor = f.executor AND "
+        "r.epoch = f.epoch AND r.status = 'PENDING'";
+  c->prepare("fence_check", fence_sql);
+  // The whole batch is one statement in autocommit: one round trip, one
+  // commit. The fence locks the owned run rows FOR SHARE, so a concurrent
+  // takeover (which bumps the epoch) either waits for this commit or makes
+  // this statement see its epoch.
+  c->prepare("write_batch",
+             "WITH owned AS (" + fence_sql + "), "
+                 "appended AS (INSERT INTO "
+               + s
                + "journal (run_id, seq, kind, name, outcome, payload, error, "
-                 "created_at) SELECT run_id, seq, kind, name, outcome, "
-                 "decode(payload, 'hex'), error, created_at FROM "
-                 "unnest($1::text[], $2::int[], $3::text[], $4::text[], "
-                 "$5::smallint[], $6::text[], $7::text[], $8::bigint[]) AS "
+                 "created_at) SELECT j.run_id, j.seq, j.kind, j.name, "
+                 "j.outcome, decode(j.payload, 'hex'), j.error, j.created_at "
+                 "FROM unnest($4::text[], $5::int[], $6::text[], $7::text[], "
+                 "$8::smallint[], $9::text[], $10::text[], $11::bigint[]) AS "
                  "j(run_id, seq, kind, name, outcome, payload, error, "
-                 "created_at) ON CONFLICT (run_id, seq) DO NOTHING");
-  c->prepare("complete_runs",
-             "UPDATE " + s
+                 "created_at) WHERE j.run_id IN (SELECT id FROM owned) ON "
+                 "CONFLICT (run_id, seq) DO NOTHING), "
+                 "completed AS (UPDATE "
+               + s
                + "runs r SET status = u.status, output = decode(u.output, "
                  "'hex'), error = u.error, updated_at = u.at FROM "
-                 "unnest($1::text[], $2::text[], $3::bigint[], $4::text[], "
-                 "$5::text[], $6::text[], $7::bigint[]) AS u(id, executor, "
+                 "unnest($12::text[], $13::text[], $14::bigint[], $15::text[], "
+                 "$16::text[], $17::text[], $18::bigint[]) AS u(id, executor, "
                  "epoch, status, output, error, at) WHERE r.id = u.id AND "
                  "r.executor = u.executor AND r.epoch = u.epoch AND (r.status "
-                 "= 'PENDING' OR r.status = u.status) RETURNING r.id");
+                 "= 'PENDING' OR r.status = u.status) RETURNING r.id) "
+                 "SELECT 'a', id FROM owned UNION ALL SELECT 'c', id FROM "
+                 "completed");
   c->prepare("insert_entry",
              "INSERT INTO " + s
                + "journal (run_id, seq, kind, name, outcome, payload, error, "
@@ -246,20 +269,18 @@ int postgres_store::schema_version() {
 
 create_result postgres_store::create_run(const run_record& run) {
   return with_retry([&] {
-    pqxx::work w{*conn_};
-    create_result result;
-    auto ins = w.exec_prepared(
+    pqxx::nontransaction w{*conn_};
+    auto res = w.exec_prepared(
       "create_run", run.id, run.name, std::string{to_string(run.status)},
       pqxx::binarystring{run.inputs.data(), run.inputs.size()},
       run.owner.executor, run.owner.epoch, run.app_version, run.created_at_ms);
-    result.created = ins.affected_rows() == 1;
-    auto sel = w.exec_prepared("get_run", run.id);
-    if (sel.empty()) {
+    if (res.empty()) {
       // Another transaction inserted it and has not committed yet: retry.
       throw pqxx::serialization_failure("run row not yet visible");
     }
-    result.run = read_run(sel[0]);
-    w.commit();
+    create_result result;
+    result.created = res[0][0].as<bool>();
+    result.run = read_run(res[0], 1);
     return result;
   });
 }
@@ -319,12 +340,22 @@ postgres_store::load_journals(const std::vector<std::string>& run_ids) {
 }
 
 batch_result postgres_store::write_batch(const persistence::write_batch& batch) {
-  // The fence: lock the owned runs FOR SHARE, so a concurrent takeover (which
-  // bumps the epoch) either waits for this commit or makes us see its epoch.
   detail::pg_array f_ids, f_execs, f_epochs;
-  for (auto& w : batch.appends)
-    f_ids.add(w.entry.run_id), f_execs.add(w.owner.executor),
-      f_epochs.add(w.owner.epoch);
+  detail::pg_array ids, seqs, kinds, names, outcomes, payloads, errors, ats;
+  for (auto& a : batch.appends) {
+    auto& e = a.entry;
+    f_ids.add(e.run_id);
+    f_execs.add(a.owner.executor);
+    f_epochs.add(a.owner.epoch);
+    ids.add(e.run_id);
+    seqs.add(e.seq);
+    kinds.add(to_string(e.kind));
+    names.add(e.name);
+    outcomes.add(static_cast<long long>(e.outcome));
+    payloads.add(detail::to_hex(e.payload));
+    errors.add(e.error);
+    ats.add(e.created_at_ms);
+  }
   detail::pg_array c_ids, c_execs, c_epochs, c_status, c_out, c_err, c_at;
   for (auto& c : batch.completions) {
     c_ids.add(c.run_id);
@@ -336,47 +367,24 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
     c_err.add_opt(c.error);
     c_at.add(c.at_ms);
   }
+  // Re-running after an in-doubt commit is safe: a journal index the owner
+  // wrote already is kept, a completion to the same status is accepted.
   return with_retry([&] {
-    pqxx::work w{*conn_};
+    pqxx::nontransaction w{*conn_};
+    std::unordered_set<std::string> owned, done;
+    for (const auto& row : w.exec_prepared(
+           "write_batch", f_ids.str(), f_execs.str(), f_epochs.str(), ids.str(),
+           seqs.str(), kinds.str(), names.str(), outcomes.str(), payloads.str(),
+           errors.str(), ats.str(), c_ids.str(), c_execs.str(), c_epochs.str(),
+           c_status.str(), c_out.str(), c_err.str(), c_at.str()))
+      (row[0].as<std::string>() == "a" ? owned : done)
+        .insert(row[1].as<std::string>());
     batch_result result;
-    if (!batch.appends.empty()) {
-      std::unordered_set<std::string> owned;
-      for (const auto& row : w.exec_prepared("fence_check", f_ids.str(),
-                                             f_execs.str(), f_epochs.str()))
-        owned.insert(row[0].as<std::string>());
-      detail::pg_array ids, seqs, kinds, names, outcomes, payloads, errors, ats;
-      result.appends.reserve(batch.appends.size());
-      for (auto& a : batch.appends) {
-        auto ok = owned.count(a.entry.run_id) > 0;
-        result.appends.push_back(ok);
-        if (!ok)
-          continue;
-        auto& e = a.entry;
-        ids.add(e.run_id);
-        seqs.add(e.seq);
-        kinds.add(to_string(e.kind));
-        names.add(e.name);
-        outcomes.add(static_cast<long long>(e.outcome));
-        payloads.add(detail::to_hex(e.payload));
-        errors.add(e.error);
-        ats.add(e.created_at_ms);
-      }
-      if (!owned.empty())
-        w.exec_prepared("append_entries", ids.str(), seqs.str(), kinds.str(),
-                        names.str(), outcomes.str(), payloads.str(),
-                        errors.str(), ats.str());
-    }
-    if (!batch.completions.empty()) {
-      std::unordered_set<std::string> done;
-      for (const auto& row :
-           w.exec_prepared("complete_runs", c_ids.str(), c_execs.str(),
-                           c_epochs.str(), c_status.str(), c_out.str(),
-                           c_err.str(), c_at.str()))
-        done.insert(row[0].as<std::string>());
-      for (auto& c : batch.completions)
-        result.completions.push_back(done.count(c.run_id) > 0);
-    }
-    w.commit();
+    result.appends.reserve(batch.appends.size());
+    for (auto& a : batch.appends)
+      result.appends.push_back(owned.count(a.entry.run_id) > 0);
+    for (auto& c : batch.completions)
+      result.completions.push_back(done.count(c.run_id) > 0);
     return result;
   });
 }

@@ -20,7 +20,9 @@ std::vector<migration> sqlite_migrations() {
        " app_version TEXT NOT NULL DEFAULT '',"
        " created_at INTEGER NOT NULL,"
        " updated_at INTEGER NOT NULL)",
-       "CREATE INDEX runs_by_executor ON runs (executor, status)",
+       // Recovery finds an executor's PENDING runs; nothing else may pick
+       // this index over the primary key (see postgres_store.cpp).
+       "CREATE INDEX runs_pending ON runs (executor) WHERE status = 'PENDING'",
        "CREATE TABLE journal ("
        " run_id TEXT NOT NULL,"
        " seq INTEGER NOT NULL,"
@@ -54,7 +56,8 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        " app_version TEXT NOT NULL DEFAULT '',"
        " created_at BIGINT NOT NULL,"
        " updated_at BIGINT NOT NULL)",
-       "CREATE INDEX runs_by_executor ON " + s + "runs (executor, status)",
+       "CREATE INDEX runs_pending ON " + s
+         + "runs (executor) WHERE status = 'PENDING'",
        "CREATE TABLE " + s + "journal ("
        " run_id TEXT NOT NULL,"
        " seq INT NOT NULL,"
