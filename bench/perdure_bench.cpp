@@ -301,7 +301,7 @@ void step_latency(const options& o) {
 
 std::atomic<long> reexecuted{0};
 
-/// The recovery child: incarnation 0 blocks every run in step 5 (the kill
+/// The recovery child: incarnation 0 holds every run in step 5 (the kill
 /// comes while all are there); incarnation 1 counts steps 0-4 that run again.
 int recovery_child(const options& o) {
   auto db = database_for(o);
@@ -312,13 +312,20 @@ int recovery_child(const options& o) {
                                             int steps) -> task<int> {
     int sum = 0;
     for (int i = 0; i < steps; ++i) {
-      sum += co_await ctx.step("s" + std::to_string(i), [i, incarnation] {
+      // In incarnation 0, step 5 fails and waits an hour for its retry:
+      // in flight, not checkpointed, holding no thread, until the kill.
+      auto body = [i, incarnation] {
         if (incarnation > 0 && i < 5)
           ++reexecuted;
         if (incarnation == 0 && i == 5)
-          std::this_thread::sleep_for(1h); // killed here
+          throw std::runtime_error("held until the kill");
         return i;
-      });
+      };
+      sum += co_await ctx.step("s" + std::to_string(i), body,
+                               retry_policy{.max_attempts = 2,
+                                            .initial_delay = 1h,
+                                            .backoff = 1.0,
+                                            .max_delay = 1h});
     }
     co_return sum;
   });
