@@ -10,6 +10,7 @@
 #include "perdure/detail/clock.hpp"
 #include "perdure/detail/run_actor.hpp"
 #include "perdure/detail/runtime_impl.hpp"
+#include "perdure/persistence/text.hpp"
 
 namespace perdure {
 
@@ -19,13 +20,12 @@ namespace {
 constexpr std::size_t max_name_length = 255;
 
 void check_name(std::string_view what, std::string_view name) {
-  if (name.empty())
-    throw error(errc::invalid_argument, std::string{what} + " must not be empty");
-  if (name.size() > max_name_length)
+  if (!persistence::is_valid_name(name, max_name_length))
     throw error(errc::invalid_argument,
-                std::string{what} + " of " + std::to_string(name.size())
-                  + " bytes exceeds the limit of "
-                  + std::to_string(max_name_length));
+                std::string{what} + " must be 1 to "
+                  + std::to_string(max_name_length)
+                  + " bytes of UTF-8 without NUL (got "
+                  + std::to_string(name.size()) + " bytes)");
 }
 
 std::string random_id() {

@@ -8,6 +8,7 @@
 #include "perdure/detail/run_core.hpp"
 #include "perdure/error.hpp"
 #include "perdure/persistence/codec.hpp"
+#include "perdure/persistence/text.hpp"
 #include "perdure/retry_policy.hpp"
 #include "perdure/sql_session.hpp"
 #include "perdure/step_failed.hpp"
@@ -171,6 +172,10 @@ private:
   /// Returns the operation at the next journal index.
   detail::operation next_operation(persistence::entry_kind kind,
                                    std::string name, retry_policy policy) {
+    if (!persistence::is_valid_name(name))
+      throw perdure::error(errc::invalid_argument,
+                           "step names must be 1 to 255 bytes of UTF-8 "
+                           "without NUL");
     detail::operation op;
     op.seq = core_->next_seq();
     op.kind = kind;

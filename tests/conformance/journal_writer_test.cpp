@@ -146,3 +146,32 @@ TEST_F(journal_writer_test, drains_queued_writes_on_destruction) {
   EXPECT_EQ(acked.load(), 100);
   EXPECT_EQ(control_->load_journals({"run-0"}).size(), 100u);
 }
+
+TEST_F(journal_writer_test, a_write_the_database_refuses_fails_alone) {
+  create_runs(2);
+  journal_writer writer{open_store(db_.store_options())};
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<std::optional<write_ack>> acks(2);
+  int n = 0;
+  auto cb = [&](int i) {
+    return [&, i](write_ack a) {
+      std::lock_guard g{m};
+      acks[i] = a;
+      ++n;
+      cv.notify_one();
+    };
+  };
+  {
+    // Hold the writer back so both writes land in one batch.
+    std::unique_lock g{m};
+    auto bad = entry(0, 0);
+    bad.entry.name = std::string{"nul\0inside", 10}; // PostgreSQL refuses NUL
+    bad.entry.error = "\xff\xfe not UTF-8";
+    writer.append(bad, cb(0));
+    writer.append(entry(1, 0), cb(1));
+    cv.wait(g, [&] { return n == 2; });
+  }
+  EXPECT_EQ(acks[1], write_ack::committed) << "the good write must commit";
+  EXPECT_EQ(control_->load_journals({"run-1"}).size(), 1u);
+}

@@ -136,3 +136,33 @@ TEST_F(bad_input_test, using_a_runtime_before_start_or_registering_late_fails) {
     idle.register_workflow("late", [](workflow_context&) -> task<void> { co_return; });
   });
 }
+
+TEST_F(bad_input_test, error_messages_of_any_bytes_are_recorded_as_text) {
+  runtime rt{db_.runtime_config("bytes")};
+  rt.register_workflow("garbled", [](workflow_context& ctx) -> task<std::string> {
+    try {
+      co_await ctx.step(
+        "s", [] { throw terminal_error("bad \xff\xfe bytes"); });
+    } catch (const terminal_error& ex) {
+      co_return ex.what();
+    }
+    co_return "";
+  });
+  rt.register_workflow("bad-step-name", [](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.step(std::string{"a\0b", 3}, [] { return 1; });
+  });
+  rt.start();
+  EXPECT_EQ(rt.start_workflow<std::string>("garbled").get(10s), "bad ?? bytes");
+  try {
+    rt.start_workflow<int>("bad-step-name").get(10s);
+    FAIL();
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::workflow_failed);
+    EXPECT_NE(std::string{ex.what()}.find("step names"), std::string::npos)
+      << ex.what();
+  }
+  std::string bad_id{"id\xff"};
+  expect_error(errc::invalid_argument, [&] {
+    rt.start_workflow<std::string>("garbled", {.id = bad_id});
+  });
+}

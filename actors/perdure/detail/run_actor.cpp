@@ -15,6 +15,7 @@
 #include "perdure/detail/clock.hpp"
 #include "perdure/detail/run_core.hpp"
 #include "perdure/detail/runtime_impl.hpp"
+#include "perdure/persistence/text.hpp"
 #include "perdure/workflow_context.hpp"
 
 namespace perdure::detail {
@@ -158,7 +159,7 @@ struct run_state : run_core {
     e.name = op->name;
     e.outcome = kind;
     e.payload = std::move(payload);
-    e.error = std::move(error);
+    e.error = persistence::valid_text(error);
     e.created_at_ms = now_ms();
     if (checkpointed) {
       resume_with(std::move(e));
@@ -249,7 +250,7 @@ struct run_state : run_core {
         }
       } catch (const std::exception& ex) {
         c.status = run_status::error;
-        c.error = ex.what();
+        c.error = persistence::valid_text(ex.what());
       } catch (...) {
         c.status = run_status::error;
         c.error = "unknown exception";

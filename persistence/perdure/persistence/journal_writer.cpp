@@ -62,7 +62,7 @@ void journal_writer::run() {
     }
     // Split the requests into the batch, remembering where each one went.
     write_batch batch;
-    std::vector<std::pair<bool, std::size_t>> slots; // (is_append, index)
+    std::vector<slot> slots;
     slots.reserve(taken.size());
     for (auto& req : taken) {
       if (auto* a = std::get_if<append_write>(&req.write)) {
@@ -74,25 +74,55 @@ void journal_writer::run() {
           std::move(std::get<completion_write>(req.write)));
       }
     }
-    std::vector<write_ack> acks(taken.size(), write_ack::failed);
-    try {
-      auto result = db_->write_batch(batch);
+    bool unavailable = false;
+    auto acks = commit(batch, slots, unavailable);
+    if (!acks && !unavailable && taken.size() > 1) {
+      // The database refused the batch (not merely unreachable): one bad
+      // write must not fail the others, so commit them one by one.
+      acks.emplace();
       for (std::size_t i = 0; i < taken.size(); ++i) {
+        write_batch single;
         auto [is_append, idx] = slots[i];
-        auto ok = is_append ? result.appends[idx] : result.completions[idx];
-        acks[i] = ok ? write_ack::committed : write_ack::rejected;
+        if (is_append)
+          single.appends.push_back(batch.appends[idx]);
+        else
+          single.completions.push_back(batch.completions[idx]);
+        auto one = commit(single, {{is_append, 0}}, unavailable);
+        acks->push_back(one ? one->front() : write_ack::failed);
       }
-      std::lock_guard guard{mtx_};
-      ++batches_;
-    } catch (const std::exception& ex) {
-      spdlog::error("perdure: journal batch of {} writes failed: {}",
-                    taken.size(), ex.what());
     }
+    if (!acks)
+      acks.emplace(taken.size(), write_ack::failed);
     for (std::size_t i = 0; i < taken.size(); ++i)
       if (taken[i].done)
-        taken[i].done(acks[i]);
+        taken[i].done((*acks)[i]);
     taken.clear();
   }
+}
+
+std::optional<std::vector<write_ack>>
+journal_writer::commit(const write_batch& batch, const std::vector<slot>& slots,
+                       bool& unavailable) {
+  try {
+    auto result = db_->write_batch(batch);
+    std::vector<write_ack> acks;
+    acks.reserve(slots.size());
+    for (auto [is_append, idx] : slots) {
+      auto ok = is_append ? result.appends[idx] : result.completions[idx];
+      acks.push_back(ok ? write_ack::committed : write_ack::rejected);
+    }
+    std::lock_guard guard{mtx_};
+    ++batches_;
+    return acks;
+  } catch (const perdure::error& ex) {
+    unavailable = ex.code() == errc::store_unavailable;
+    spdlog::error("perdure: journal batch of {} writes failed: {}",
+                  slots.size(), ex.what());
+  } catch (const std::exception& ex) {
+    spdlog::error("perdure: journal batch of {} writes failed: {}",
+                  slots.size(), ex.what());
+  }
+  return std::nullopt;
 }
 
 } // namespace perdure::persistence

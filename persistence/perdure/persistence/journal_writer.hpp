@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -29,7 +30,8 @@ enum class write_ack : std::uint8_t {
 /// through it. Writes from many actors collect in a queue while the previous
 /// batch commits; the next batch takes all of them in one transaction, and
 /// each writer is called back after the commit (never before). Under load
-/// this turns one commit per step into one commit per batch.
+/// this turns one commit per step into one commit per batch. A batch that
+/// fails is retried write by write, so one bad write fails alone.
 class journal_writer {
 public:
   /// Called on the writer's thread once the write's fate is known.
@@ -67,8 +69,17 @@ private:
     callback done;
   };
 
+  /// Where a request went in a batch: (is_append, index).
+  using slot = std::pair<bool, std::size_t>;
+
   void push(request req);
   void run();
+
+  /// Commits `batch`; returns each slot's ack, or nothing if it failed
+  /// (setting `unavailable` if the database could not be reached at all).
+  std::optional<std::vector<write_ack>> commit(const write_batch& batch,
+                                               const std::vector<slot>& slots,
+                                               bool& unavailable);
 
   std::unique_ptr<store> db_;
   options opts_;
