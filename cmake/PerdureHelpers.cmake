@@ -41,3 +41,25 @@ function(perdure_register_test test_name)
   set_tests_properties(${test_name} PROPERTIES LABELS "${T_LABELS}"
                        TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${T_ENV}")
 endfunction()
+
+# perdure_check_headers(<target>): compiles every header below the current
+# folder's `perdure/` on its own, so none relies on what its includer
+# happened to include first.
+function(perdure_check_headers target)
+  if(NOT PERDURE_CHECK_HEADERS)
+    return()
+  endif()
+  file(GLOB_RECURSE headers RELATIVE ${CMAKE_CURRENT_SOURCE_DIR}
+       ${CMAKE_CURRENT_SOURCE_DIR}/perdure/*.hpp)
+  set(sources "")
+  foreach(header IN LISTS headers)
+    string(MAKE_C_IDENTIFIER ${header} name)
+    set(source ${CMAKE_CURRENT_BINARY_DIR}/header_check/${name}.cpp)
+    file(WRITE ${source}.in "#include \"${header}\"\n")
+    configure_file(${source}.in ${source} COPYONLY)
+    list(APPEND sources ${source})
+  endforeach()
+  add_library(${target}_header_check OBJECT ${sources})
+  target_link_libraries(${target}_header_check PRIVATE ${target} CAF::core)
+  perdure_set_options(${target}_header_check)
+endfunction()

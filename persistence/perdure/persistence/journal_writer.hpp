@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "perdure/persistence/records.hpp"
+#include "perdure/persistence/store.hpp"
 
 namespace perdure::persistence {
 
-class store;
 
 /// How a write sent to the journal writer ended.
 enum class write_ack : std::uint8_t {
