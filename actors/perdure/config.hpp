@@ -31,6 +31,10 @@ struct config {
   std::size_t scheduler_threads = 2;
   /// Threads running user step code, which may block.
   std::size_t step_threads = 8;
+  /// Connections of the group-commit journal writer: while one commits a
+  /// batch, the next one is written. SQLite has one writer at a time, so
+  /// it always uses one.
+  std::size_t journal_connections = 2;
   /// How long transient database errors are retried.
   std::chrono::milliseconds db_retry_budget{30'000};
   /// How often a handle waiting on a run owned by another process polls.

@@ -82,8 +82,14 @@ void runtime_impl::start() {
   auto opts = store_options();
   control_ = persistence::open_store(opts);
   control_->migrate();
+  std::vector<std::unique_ptr<persistence::store>> journal;
+  auto writers = std::string_view{control_->dialect()} == "sqlite"
+                   ? std::size_t{1}
+                   : std::max<std::size_t>(1, cfg.journal_connections);
+  for (std::size_t i = 0; i < writers; ++i)
+    journal.push_back(persistence::open_store(opts));
   writer = std::make_unique<persistence::journal_writer>(
-    persistence::open_store(opts));
+    std::move(journal), persistence::journal_writer::options{});
   steps = std::make_unique<step_executor>(cfg.step_threads);
   tx_stores = std::make_unique<store_pool>(opts);
   system_cfg = std::make_unique<caf::actor_system_config>();

@@ -7,9 +7,22 @@
 
 namespace perdure::persistence {
 
+journal_writer::journal_writer(std::vector<std::unique_ptr<store>> connections,
+                               options opts)
+  : connections_(std::move(connections)), opts_(opts) {
+  for (auto& db : connections_)
+    threads_.emplace_back([this, &db] { run(*db); });
+}
+
 journal_writer::journal_writer(std::unique_ptr<store> db, options opts)
-  : db_(std::move(db)), opts_(opts) {
-  thread_ = std::thread{[this] { run(); }};
+  : journal_writer(one(std::move(db)), opts) {
+}
+
+std::vector<std::unique_ptr<store>>
+journal_writer::one(std::unique_ptr<store> db) {
+  std::vector<std::unique_ptr<store>> result;
+  result.push_back(std::move(db));
+  return result;
 }
 
 journal_writer::~journal_writer() {
@@ -17,8 +30,9 @@ journal_writer::~journal_writer() {
     std::lock_guard guard{mtx_};
     stopping_ = true;
   }
-  cv_.notify_one();
-  thread_.join();
+  cv_.notify_all();
+  for (auto& t : threads_)
+    t.join();
 }
 
 void journal_writer::append(append_write w, callback done) {
@@ -42,7 +56,7 @@ void journal_writer::push(request req) {
   cv_.notify_one();
 }
 
-void journal_writer::run() {
+void journal_writer::run(store& db) {
   std::vector<request> taken;
   for (;;) {
     {
@@ -75,7 +89,7 @@ void journal_writer::run() {
       }
     }
     bool unavailable = false;
-    auto acks = commit(batch, slots, unavailable);
+    auto acks = commit(db, batch, slots, unavailable);
     if (!acks && !unavailable && taken.size() > 1) {
       // The database refused the batch (not merely unreachable): one bad
       // write must not fail the others, so commit them one by one.
@@ -87,7 +101,7 @@ void journal_writer::run() {
           single.appends.push_back(batch.appends[idx]);
         else
           single.completions.push_back(batch.completions[idx]);
-        auto one = commit(single, {{is_append, 0}}, unavailable);
+        auto one = commit(db, single, {{is_append, 0}}, unavailable);
         acks->push_back(one ? one->front() : write_ack::failed);
       }
     }
@@ -101,10 +115,10 @@ void journal_writer::run() {
 }
 
 std::optional<std::vector<write_ack>>
-journal_writer::commit(const write_batch& batch, const std::vector<slot>& slots,
-                       bool& unavailable) {
+journal_writer::commit(store& db, const write_batch& batch,
+                       const std::vector<slot>& slots, bool& unavailable) {
   try {
-    auto result = db_->write_batch(batch);
+    auto result = db.write_batch(batch);
     std::vector<write_ack> acks;
     acks.reserve(slots.size());
     for (auto [is_append, idx] : slots) {

@@ -42,7 +42,14 @@ public:
     std::size_t max_batch = 2048;
   };
 
-  /// Starts the writer thread; `db` becomes the writer's own connection.
+  /// Starts one writer thread per connection. Each thread takes whatever is
+  /// queued when it is free, so with several connections one batch commits
+  /// while the next is written (a run never has two writes in flight, so
+  /// their order across connections does not matter).
+  journal_writer(std::vector<std::unique_ptr<store>> connections,
+                 options opts);
+
+  /// Starts one writer thread on `db`.
   journal_writer(std::unique_ptr<store> db, options opts);
   explicit journal_writer(std::unique_ptr<store> db)
     : journal_writer(std::move(db), options{}) {
@@ -72,23 +79,25 @@ private:
   /// Where a request went in a batch: (is_append, index).
   using slot = std::pair<bool, std::size_t>;
 
+  static std::vector<std::unique_ptr<store>> one(std::unique_ptr<store> db);
   void push(request req);
-  void run();
+  void run(store& db);
 
   /// Commits `batch`; returns each slot's ack, or nothing if it failed
   /// (setting `unavailable` if the database could not be reached at all).
-  std::optional<std::vector<write_ack>> commit(const write_batch& batch,
+  std::optional<std::vector<write_ack>> commit(store& db,
+                                               const write_batch& batch,
                                                const std::vector<slot>& slots,
                                                bool& unavailable);
 
-  std::unique_ptr<store> db_;
+  std::vector<std::unique_ptr<store>> connections_;
   options opts_;
   mutable std::mutex mtx_;
   std::condition_variable cv_;
   std::vector<request> queue_;
   bool stopping_ = false;
   std::uint64_t batches_ = 0;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 } // namespace perdure::persistence
