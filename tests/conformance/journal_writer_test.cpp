@@ -55,7 +55,11 @@ TEST_F(journal_writer_test, batches_concurrent_writers_into_few_commits) {
   constexpr int runs = 64;
   constexpr int steps = 20;
   create_runs(runs);
-  journal_writer writer{open_store(db_.store_options())};
+  // Two connections, as the runtime uses on PostgreSQL.
+  std::vector<std::unique_ptr<store>> connections;
+  connections.push_back(open_store(db_.store_options()));
+  connections.push_back(open_store(db_.store_options()));
+  journal_writer writer{std::move(connections), journal_writer::options{}};
   std::atomic<int> committed{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < runs; ++r)
