@@ -1,5 +1,6 @@
 #include "perdure/runtime.hpp"
 
+#include <caf/atom.hpp>
 #include <caf/logger.hpp>
 #include <caf/send.hpp>
 
@@ -95,6 +96,7 @@ void runtime_impl::start() {
   system_cfg = std::make_unique<caf::actor_system_config>();
   system_cfg->set("scheduler.max-threads", cfg.scheduler_threads);
   system_cfg->set("scheduler.max-throughput", std::size_t{300});
+  system_cfg->set("scheduler.policy", caf::atom("sharing"));
   system = std::make_unique<caf::actor_system>(*system_cfg);
   forget_caf_logger();
   {

@@ -266,7 +266,7 @@ TEST_F(recovery_test, runs_of_other_executors_are_left_alone) {
   EXPECT_EQ(n.a.load(), 1);
 }
 
-TEST_F(recovery_test, a_stopped_runtime_resumes_at_the_step_in_flight) {
+TEST_F(recovery_test, a_stopped_runtime_keeps_a_step_that_finishes_while_stopping) {
   std::atomic<int> first{0}, second{0};
   std::promise<void> entered;
   std::promise<void> release;
@@ -300,13 +300,17 @@ TEST_F(recovery_test, a_stopped_runtime_resumes_at_the_step_in_flight) {
     stopper.get();
   }
   EXPECT_EQ(store_->get_run("t")->status, run_status::pending);
+  EXPECT_EQ(store_->load_journals({"t"}).size(), 2u);
   block = false;
   runtime rt{cfg()};
   define(rt);
   rt.start();
   EXPECT_EQ(rt.retrieve_workflow<int>("t").get(10s), 11);
   EXPECT_EQ(first.load(), 1) << "a checkpointed step ran again";
-  EXPECT_EQ(second.load(), 2) << "the step in flight runs again, once";
+  // stop() waits for step code still running and checkpoints what it
+  // returns (the run is still ours), so nothing runs twice. A SIGKILL
+  // re-runs the step in flight instead: tests/crash.
+  EXPECT_EQ(second.load(), 1) << "the finished step ran again";
 }
 
 TEST_F(recovery_test, a_zombie_owner_is_fenced_and_cannot_record_a_step) {

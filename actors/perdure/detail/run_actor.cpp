@@ -28,6 +28,7 @@ using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using fenced_atom = caf::atom_constant<caf::atom("fenced")>;
 using ended_atom = caf::atom_constant<caf::atom("ended")>;
+using durable_atom = caf::atom_constant<caf::atom("durable")>;
 
 struct run_state;
 using run_actor = caf::stateful_actor<run_state>;
@@ -82,19 +83,37 @@ struct run_state : run_core {
     auto me = caf::actor_cast<caf::actor>(self);
     auto seq = op->seq;
     if (op->kind == persistence::entry_kind::step) {
-      rt->steps->post([me, seq, body = op->body] {
+      // The executor hands a final outcome straight to the journal writer,
+      // and the writer's ack brings it to the actor: one actor hop per step.
+      // A failure with attempts left comes back to the actor for its retry.
+      auto last_attempt = attempt >= op->policy.max_attempts;
+      rt->steps->post([me, seq, last_attempt, body = op->body,
+                       writer = rt->writer.get(), fence = owner,
+                       proto = entry_for(seq)]() mutable {
         auto out = body();
-        caf::anon_send(me, outcome_atom::value, seq,
-                       static_cast<std::int32_t>(out.result), out.payload,
-                       out.error, false);
+        if (out.result == persistence::outcome::failed && !last_attempt) {
+          caf::anon_send(me, outcome_atom::value, seq,
+                         static_cast<std::int32_t>(out.result), out.payload,
+                         out.error, false);
+          return;
+        }
+        auto e = std::move(proto);
+        e.outcome = out.result;
+        e.payload = std::move(out.payload);
+        e.error = persistence::valid_text(out.error);
+        e.created_at_ms = now_ms();
+        auto result = static_cast<std::int32_t>(e.outcome);
+        writer->append({std::move(fence), e},
+                       [me, seq, result, payload = e.payload,
+                        error = e.error](persistence::write_ack ack) {
+                         caf::anon_send(me, durable_atom::value, seq,
+                                        static_cast<std::int32_t>(ack), result,
+                                        payload, error);
+                       });
       });
       return;
     }
-    persistence::journal_entry checkpoint;
-    checkpoint.run_id = run_id_;
-    checkpoint.seq = seq;
-    checkpoint.kind = op->kind;
-    checkpoint.name = op->name;
+    auto checkpoint = entry_for(seq);
     checkpoint.created_at_ms = now_ms();
     rt->steps->post([me, seq, checkpoint, fence = owner, body = op->tx_body,
                      pool = rt->tx_stores.get()] {
@@ -152,11 +171,7 @@ struct run_state : run_core {
       self->delayed_send(self, retry_delay(), retry_atom::value, seq);
       return;
     }
-    persistence::journal_entry e;
-    e.run_id = run_id_;
-    e.seq = seq;
-    e.kind = op->kind;
-    e.name = op->name;
+    auto e = entry_for(seq);
     e.outcome = kind;
     e.payload = std::move(payload);
     e.error = persistence::valid_text(error);
@@ -172,6 +187,28 @@ struct run_state : run_core {
                          caf::anon_send(me, ack_atom::value, seq,
                                         static_cast<std::int32_t>(ack));
                        });
+  }
+
+  /// Returns the journal entry of the operation in flight, outcome unset.
+  persistence::journal_entry entry_for(std::int32_t seq) const {
+    persistence::journal_entry e;
+    e.run_id = run_id_;
+    e.seq = seq;
+    e.kind = op->kind;
+    e.name = op->name;
+    return e;
+  }
+
+  /// A step's final outcome, written by the journal writer (see dispatch).
+  void on_durable(std::int32_t seq, std::int32_t ack, std::int32_t result,
+                  std::string payload, std::string error) {
+    if (!op || op->seq != seq || !write_committed(ack, "its checkpoint"))
+      return;
+    auto e = entry_for(seq);
+    e.outcome = static_cast<persistence::outcome>(result);
+    e.payload = std::move(payload);
+    e.error = std::move(error);
+    resume_with(std::move(e));
   }
 
   void on_retry(std::int32_t seq) {
@@ -323,6 +360,11 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
     [self](retry_atom, std::int32_t seq) { self->state.on_retry(seq); },
     [self](ack_atom, std::int32_t seq, std::int32_t ack) {
       self->state.on_ack(seq, ack);
+    },
+    [self](durable_atom, std::int32_t seq, std::int32_t ack,
+           std::int32_t result, std::string& payload, std::string& error) {
+      self->state.on_durable(seq, ack, result, std::move(payload),
+                             std::move(error));
     },
     [self](fenced_atom, std::int32_t) { self->state.lost_ownership(); },
     [self](ended_atom, std::int32_t ack) { self->state.on_ended(ack); },
