@@ -178,7 +178,8 @@ void postgres_store::connect() {
         "r.epoch = f.epoch AND r.status = 'PENDING'";
   c->prepare("fence_check", fence_sql);
   // The whole batch is one statement in autocommit: one round trip, one
-  // commit. The fence locks the owned run rows FOR SHARE, so a concurrent
+  // commit. Completions find their runs by primary key (`= ANY`): a join
+  // alone lets the planner scan the whole runs table. The fence locks the owned run rows FOR SHARE, so a concurrent
   // takeover (which bumps the epoch) either waits for this commit or makes
   // this statement see its epoch.
   c->prepare("write_batch",
@@ -199,9 +200,10 @@ void postgres_store::connect() {
                  "'hex'), error = u.error, updated_at = u.at FROM "
                  "unnest($12::text[], $13::text[], $14::bigint[], $15::text[], "
                  "$16::text[], $17::text[], $18::bigint[]) AS u(id, executor, "
-                 "epoch, status, output, error, at) WHERE r.id = u.id AND "
-                 "r.executor = u.executor AND r.epoch = u.epoch AND (r.status "
-                 "= 'PENDING' OR r.status = u.status) RETURNING r.id) "
+                 "epoch, status, output, error, at) WHERE r.id = ANY($12::text[]) "
+                 "AND r.id = u.id AND r.executor = u.executor AND r.epoch = "
+                 "u.epoch AND (r.status = 'PENDING' OR r.status = u.status) "
+                 "RETURNING r.id) "
                  "SELECT 'a', id FROM owned UNION ALL SELECT 'c', id FROM "
                  "completed");
   c->prepare("insert_entry",
