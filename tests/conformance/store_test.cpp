@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -319,5 +320,35 @@ TEST_F(store_test, transient_failures_are_retried_inside_the_store) {
     }};
     EXPECT_TRUE(store_->create_run(make_run("waited")).created);
     releaser.join();
+  }
+}
+
+TEST_F(store_test, a_large_batch_keeps_every_byte_and_can_be_sent_again) {
+  // Large batches take another path on PostgreSQL (COPY); same contract.
+  std::string bytes;
+  for (int i = 0; i < 256; ++i)
+    bytes.push_back(static_cast<char>(i));
+  write_batch batch;
+  for (int r = 0; r < 50; ++r) {
+    auto id = "big-" + std::to_string(r);
+    store_->create_run(make_run(id));
+    auto w = append(id, 0, {"exec-a", 1}, bytes + std::to_string(r));
+    w.entry.error = "tab\there, newline\nthere, back\\slash";
+    batch.appends.push_back(w);
+  }
+  batch.appends.push_back(append("no-such-run", 0, {"exec-a", 1}));
+  auto first = store_->write_batch(batch);
+  EXPECT_EQ(std::count(first.appends.begin(), first.appends.end(), true), 50);
+  EXPECT_FALSE(first.appends.back());
+  // Sent again (as after an in-doubt commit), with other payloads.
+  for (auto& w : batch.appends)
+    w.entry.payload = "second";
+  auto again = store_->write_batch(batch);
+  EXPECT_EQ(again.appends, first.appends);
+  for (int r = 0; r < 50; ++r) {
+    auto j = store_->load_journals({"big-" + std::to_string(r)});
+    ASSERT_EQ(j.size(), 1u);
+    EXPECT_EQ(j[0].payload, bytes + std::to_string(r));
+    EXPECT_EQ(j[0].error, "tab\there, newline\nthere, back\\slash");
   }
 }

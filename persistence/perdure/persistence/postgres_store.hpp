@@ -1,7 +1,9 @@
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
+#include <unordered_set>
 
 #include "perdure/persistence/store.hpp"
 
@@ -36,7 +38,19 @@ public:
                   const std::function<std::string(sql_session&)>& body) override;
 
 private:
+  /// Batches with at least this many appends go through COPY.
+  static constexpr std::size_t copy_threshold = 32;
+
   void connect();
+  void copy_batch(const persistence::write_batch& batch,
+                  const std::string& f_ids, const std::string& f_execs,
+                  const std::string& f_epochs,
+                  const std::array<std::string, 7>& completions,
+                  std::unordered_set<std::string>& owned,
+                  std::unordered_set<std::string>& done);
+  static batch_result make_result(const persistence::write_batch& batch,
+                                  const std::unordered_set<std::string>& owned,
+                                  const std::unordered_set<std::string>& done);
   template <class F>
   auto with_retry(F&& attempt);
 
