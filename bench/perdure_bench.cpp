@@ -103,6 +103,9 @@ test::database database_for(const options& o) {
 config runtime_config(const test::database& db) {
   auto c = db.runtime_config("bench");
   c.poll_interval = 10ms;
+  if (auto v = std::getenv("BENCH_STEP_THREADS")) c.step_threads = std::stoul(v);
+  if (auto v = std::getenv("BENCH_CAF_THREADS")) c.scheduler_threads = std::stoul(v);
+  if (auto v = std::getenv("BENCH_WRITERS")) c.journal_connections = std::stoul(v);
   return c;
 }
 
