@@ -103,9 +103,11 @@ struct run_state : run_core {
         e.error = persistence::valid_text(out.error);
         e.created_at_ms = now_ms();
         auto result = static_cast<std::int32_t>(e.outcome);
-        writer->append({std::move(fence), e},
-                       [me, seq, result, payload = e.payload,
-                        error = e.error](persistence::write_ack ack) {
+        auto payload = e.payload; // the actor needs it after the commit
+        auto error = e.error;
+        writer->append({std::move(fence), std::move(e)},
+                       [me, seq, result, payload = std::move(payload),
+                        error = std::move(error)](persistence::write_ack ack) {
                          caf::anon_send(me, durable_atom::value, seq,
                                         static_cast<std::int32_t>(ack), result,
                                         payload, error);
