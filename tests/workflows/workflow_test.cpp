@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -283,4 +284,26 @@ TEST_F(workflow_test, binary_payload_encoding_works_end_to_end) {
   rt.start();
   std::string nul{"a\0b", 3};
   EXPECT_EQ(rt.start_workflow<std::string>("echo", nul).get(10s), nul + nul);
+}
+
+TEST_F(workflow_test, a_started_run_is_durable_before_start_returns) {
+  runtime rt{cfg()};
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  rt.register_workflow("slow", [&](workflow_context& ctx, int x) -> task<int> {
+    co_return co_await ctx.step("wait", [&] {
+      released.wait();
+      return x;
+    });
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("slow", 7, {.id = "durable-first"});
+  // Read by another connection while the run's first step is still blocked.
+  test::sql_client sql{db_};
+  EXPECT_EQ(sql.scalar("SELECT status FROM " + sql.table("runs")
+                         + " WHERE id = 'durable-first'"),
+            "PENDING");
+  EXPECT_EQ(h.status(), run_status::pending);
+  release.set_value();
+  EXPECT_EQ(h.get(10s), 7);
 }
