@@ -17,6 +17,34 @@ using namespace perdure::persistence;
 
 namespace {
 
+/// Collects the acks of `n` writes, in submission order, and waits for all.
+class ack_collector {
+public:
+  explicit ack_collector(int n) : acks_(static_cast<size_t>(n)) {
+  }
+
+  journal_writer::callback slot(int i) {
+    return [this, i](write_ack a) {
+      std::lock_guard g{m_};
+      acks_[static_cast<size_t>(i)] = a;
+      ++received_;
+      cv_.notify_one();
+    };
+  }
+
+  const std::vector<std::optional<write_ack>>& wait() {
+    std::unique_lock g{m_};
+    cv_.wait(g, [&] { return received_ == acks_.size(); });
+    return acks_;
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<std::optional<write_ack>> acks_;
+  size_t received_ = 0;
+};
+
 class journal_writer_test : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -116,24 +144,12 @@ TEST_F(journal_writer_test, acks_only_after_the_write_is_visible_elsewhere) {
 TEST_F(journal_writer_test, rejects_fenced_writes_individually) {
   create_runs(2);
   journal_writer writer{open_store(db_.store_options())};
-  std::mutex m;
-  std::condition_variable cv;
-  std::vector<std::optional<write_ack>> acks(2);
-  int n = 0;
-  auto cb = [&](int i) {
-    return [&, i](write_ack a) {
-      std::lock_guard g{m};
-      acks[i] = a;
-      ++n;
-      cv.notify_one();
-    };
-  };
-  writer.append(entry(0, 0, 1), cb(0));
-  writer.append(entry(1, 0, 5), cb(1)); // wrong epoch
-  std::unique_lock g{m};
-  cv.wait(g, [&] { return n == 2; });
-  EXPECT_EQ(acks[0], write_ack::committed);
-  EXPECT_EQ(acks[1], write_ack::rejected);
+  ack_collector acks{2};
+  writer.append(entry(0, 0, 1), acks.slot(0));
+  writer.append(entry(1, 0, 5), acks.slot(1)); // wrong epoch
+  auto& got = acks.wait();
+  EXPECT_EQ(got[0], write_ack::committed);
+  EXPECT_EQ(got[1], write_ack::rejected);
 }
 
 TEST_F(journal_writer_test, drains_queued_writes_on_destruction) {
@@ -152,30 +168,20 @@ TEST_F(journal_writer_test, drains_queued_writes_on_destruction) {
 }
 
 TEST_F(journal_writer_test, a_write_the_database_refuses_fails_alone) {
-  create_runs(2);
+  constexpr int goods = 30;
+  create_runs(goods + 1);
   journal_writer writer{open_store(db_.store_options())};
-  std::mutex m;
-  std::condition_variable cv;
-  std::vector<std::optional<write_ack>> acks(2);
-  int n = 0;
-  auto cb = [&](int i) {
-    return [&, i](write_ack a) {
-      std::lock_guard g{m};
-      acks[i] = a;
-      ++n;
-      cv.notify_one();
-    };
-  };
-  {
-    // Hold the writer back so both writes land in one batch.
-    std::unique_lock g{m};
-    auto bad = entry(0, 0);
-    bad.entry.name = std::string{"nul\0inside", 10}; // PostgreSQL refuses NUL
-    bad.entry.error = "\xff\xfe not UTF-8";
-    writer.append(bad, cb(0));
-    writer.append(entry(1, 0), cb(1));
-    cv.wait(g, [&] { return n == 2; });
+  ack_collector acks{goods + 1};
+  auto bad = entry(0, 0);
+  bad.entry.name = std::string{"nul\0inside", 10}; // PostgreSQL refuses NUL
+  bad.entry.error = "\xff\xfe not UTF-8";
+  // Queued back to back, the good writes share batches with the bad one.
+  writer.append(bad, acks.slot(0));
+  for (int r = 1; r <= goods; ++r)
+    writer.append(entry(r, 0), acks.slot(r));
+  auto& got = acks.wait();
+  for (int r = 1; r <= goods; ++r) {
+    EXPECT_EQ(got[static_cast<size_t>(r)], write_ack::committed) << r;
+    EXPECT_EQ(control_->load_journals({"run-" + std::to_string(r)}).size(), 1u);
   }
-  EXPECT_EQ(acks[1], write_ack::committed) << "the good write must commit";
-  EXPECT_EQ(control_->load_journals({"run-1"}).size(), 1u);
 }
