@@ -187,16 +187,16 @@ void postgres_store::connect() {
              "created_at FROM "
                + s
                + "journal WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq");
-  // The fence: lock each named run FOR SHARE by primary key (a lookup per
-  // run, whatever the planner thinks of the runs table's statistics), then
-  // keep those still PENDING under the expected owner and epoch.
+  // The fence: lock the named runs FOR SHARE, found by primary key, then
+  // keep those still PENDING under the expected owner and epoch. OFFSET 0
+  // keeps the planner from pushing `status = 'PENDING'` into the scan, where
+  // it would rather walk every PENDING run through the partial index.
   auto fence_sql
-    = "SELECT r.id FROM unnest($1::text[], $2::text[], $3::bigint[]) AS "
-      "f(id, executor, epoch), LATERAL (SELECT id, executor, epoch, status "
-      "FROM "
-      + s
-      + "runs WHERE id = f.id FOR SHARE) r WHERE r.executor = f.executor AND "
-        "r.epoch = f.epoch AND r.status = 'PENDING'";
+    = "SELECT r.id FROM (SELECT id, executor, epoch, status FROM " + s
+      + "runs WHERE id = ANY($1::text[]) OFFSET 0 FOR SHARE) r JOIN "
+        "unnest($1::text[], $2::text[], $3::bigint[]) AS f(id, executor, "
+        "epoch) ON r.id = f.id AND r.executor = f.executor AND r.epoch = "
+        "f.epoch WHERE r.status = 'PENDING'";
   c->prepare("fence_check", fence_sql);
   // A small batch is one statement in autocommit: one round trip, one
   // commit (what a lone workflow's latency needs). The fence locks the owned run rows FOR SHARE, so a concurrent
