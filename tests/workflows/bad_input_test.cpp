@@ -166,3 +166,14 @@ TEST_F(bad_input_test, error_messages_of_any_bytes_are_recorded_as_text) {
     rt.start_workflow<std::string>("garbled", {.id = bad_id});
   });
 }
+
+TEST_F(bad_input_test, a_stopped_runtime_refuses_work_with_a_clear_error) {
+  auto h = rt_->start_workflow<std::string>("echo", std::string{"x"});
+  EXPECT_EQ(h.get(10s), "x");
+  rt_->stop();
+  expect_error(errc::not_running, [&] {
+    rt_->start_workflow<std::string>("echo", std::string{"y"});
+  });
+  expect_error(errc::not_running, [&] { h.status(); });
+  expect_error(errc::not_running, [&] { h.get(1s); });
+}

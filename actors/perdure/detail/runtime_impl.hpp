@@ -16,6 +16,7 @@
 #include "perdure/detail/step_executor.hpp"
 #include "perdure/detail/store_pool.hpp"
 #include "perdure/detail/workflow_entry.hpp"
+#include "perdure/error.hpp"
 #include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/store.hpp"
 #include "perdure/workflow_handle.hpp"
@@ -47,9 +48,12 @@ public:
   void stop();
 
   /// Runs `f(store&)` on the shared control connection (application threads).
+  /// Throws `errc::not_running` once the runtime has stopped.
   template <class F>
   auto with_control(F&& f) {
     std::lock_guard guard{control_mtx_};
+    if (!control_)
+      throw perdure::error(errc::not_running, "the runtime is not running");
     return f(*control_);
   }
 
