@@ -211,11 +211,6 @@ void runtime_impl::run_stopped(const std::string& id,
   done_cv_.notify_all();
 }
 
-std::size_t runtime_impl::active_runs() const {
-  std::lock_guard guard{active_mtx_};
-  return active_.size();
-}
-
 void runtime_impl::watch(const std::string& id) {
   std::lock_guard guard{done_mtx_};
   ++watchers_[id].count;

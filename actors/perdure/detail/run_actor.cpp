@@ -25,13 +25,30 @@ namespace {
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using outcome_atom = caf::atom_constant<caf::atom("outcome")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
-using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using fenced_atom = caf::atom_constant<caf::atom("fenced")>;
 using ended_atom = caf::atom_constant<caf::atom("ended")>;
 using durable_atom = caf::atom_constant<caf::atom("durable")>;
 
 struct run_state;
 using run_actor = caf::stateful_actor<run_state>;
+
+/// Hands a final outcome to the journal writer; after the commit, the
+/// writer's thread tells run actor `me` (a `durable` message with the
+/// outcome). Called on the step executor and on the actor alike.
+void checkpoint(persistence::journal_writer& writer, const caf::actor& me,
+                persistence::fence owner, persistence::journal_entry e) {
+  auto seq = e.seq;
+  auto result = static_cast<std::int32_t>(e.outcome);
+  auto payload = e.payload; // the actor needs it after the commit
+  auto error = e.error;
+  writer.append({std::move(owner), std::move(e)},
+                [me, seq, result, payload = std::move(payload),
+                 error = std::move(error)](persistence::write_ack ack) {
+                  caf::anon_send(me, durable_atom::value, seq,
+                                 static_cast<std::int32_t>(ack), result,
+                                 payload, error);
+                });
+}
 
 /// The run as an actor's state. Everything here runs on the actor's turn.
 struct run_state : run_core {
@@ -45,7 +62,8 @@ struct run_state : run_core {
   std::optional<operation> op;
   std::coroutine_handle<> waiting;
   std::int32_t attempt = 0;
-  persistence::journal_entry unacked;
+  /// The run's end, kept until its final status has committed.
+  std::optional<run_outcome> final_outcome;
   /// Set when the code went on after a non-determinism error.
   bool abandoned = false;
   /// Declared last: the frame goes before everything it refers to.
@@ -102,16 +120,7 @@ struct run_state : run_core {
         e.payload = std::move(out.payload);
         e.error = persistence::valid_text(out.error);
         e.created_at_ms = now_ms();
-        auto result = static_cast<std::int32_t>(e.outcome);
-        auto payload = e.payload; // the actor needs it after the commit
-        auto error = e.error;
-        writer->append({std::move(fence), std::move(e)},
-                       [me, seq, result, payload = std::move(payload),
-                        error = std::move(error)](persistence::write_ack ack) {
-                         caf::anon_send(me, durable_atom::value, seq,
-                                        static_cast<std::int32_t>(ack), result,
-                                        payload, error);
-                       });
+        checkpoint(*writer, me, std::move(fence), std::move(e));
       });
       return;
     }
@@ -178,17 +187,11 @@ struct run_state : run_core {
     e.payload = std::move(payload);
     e.error = persistence::valid_text(error);
     e.created_at_ms = now_ms();
-    if (checkpointed) {
+    if (checkpointed)
       resume_with(std::move(e));
-      return;
-    }
-    unacked = e;
-    auto me = caf::actor_cast<caf::actor>(self);
-    rt->writer->append({owner, std::move(e)},
-                       [me, seq](persistence::write_ack ack) {
-                         caf::anon_send(me, ack_atom::value, seq,
-                                        static_cast<std::int32_t>(ack));
-                       });
+    else
+      checkpoint(*rt->writer, caf::actor_cast<caf::actor>(self), owner,
+                 std::move(e));
   }
 
   /// Returns the journal entry of the operation in flight, outcome unset.
@@ -201,7 +204,7 @@ struct run_state : run_core {
     return e;
   }
 
-  /// A step's final outcome, written by the journal writer (see dispatch).
+  /// A final outcome, committed by the journal writer (see `checkpoint`).
   void on_durable(std::int32_t seq, std::int32_t ack, std::int32_t result,
                   std::string payload, std::string error) {
     if (!op || op->seq != seq || !write_committed(ack, "its checkpoint"))
@@ -216,13 +219,6 @@ struct run_state : run_core {
   void on_retry(std::int32_t seq) {
     if (op && op->seq == seq)
       dispatch();
-  }
-
-  void on_ack(std::int32_t seq, std::int32_t ack) {
-    if (!op || op->seq != seq)
-      return;
-    if (write_committed(ack, "its checkpoint"))
-      resume_with(std::move(unacked));
   }
 
   /// Returns true if the write was committed; otherwise stops the actor,
@@ -296,13 +292,11 @@ struct run_state : run_core {
       }
     }
     driver.reset();
-    run_outcome outcome{c.status, c.output, c.error};
+    final_outcome = run_outcome{c.status, c.output, c.error};
     auto me = caf::actor_cast<caf::actor>(self);
-    auto shared = std::make_shared<run_outcome>(std::move(outcome));
     rt->writer->complete(std::move(c), [me](persistence::write_ack ack) {
       caf::anon_send(me, ended_atom::value, static_cast<std::int32_t>(ack));
     });
-    final_outcome = std::move(shared);
   }
 
   void on_ended(std::int32_t ack) {
@@ -314,8 +308,6 @@ struct run_state : run_core {
     rt->run_stopped(run_id_, std::move(outcome));
     self->quit();
   }
-
-  std::shared_ptr<run_outcome> final_outcome;
 
   void start_code() {
     auto i = rt->workflows.find(name);
@@ -360,9 +352,6 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
                              checkpointed);
     },
     [self](retry_atom, std::int32_t seq) { self->state.on_retry(seq); },
-    [self](ack_atom, std::int32_t seq, std::int32_t ack) {
-      self->state.on_ack(seq, ack);
-    },
     [self](durable_atom, std::int32_t seq, std::int32_t ack,
            std::int32_t result, std::string& payload, std::string& error) {
       self->state.on_durable(seq, ack, result, std::move(payload),

@@ -79,9 +79,6 @@ public:
   /// Drops interest registered by `watch`.
   void unwatch(const std::string& id);
 
-  /// Returns how many run actors are alive.
-  std::size_t active_runs() const;
-
 private:
   struct watcher {
     int count = 0;
