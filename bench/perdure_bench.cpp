@@ -103,6 +103,7 @@ test::database database_for(const options& o) {
 config runtime_config(const test::database& db) {
   auto c = db.runtime_config("bench");
   c.poll_interval = 10ms;
+  if (auto v = std::getenv("BENCH_POOL")) c.pooled_connections = std::stoul(v);
   if (auto v = std::getenv("BENCH_STEP_THREADS")) c.step_threads = std::stoul(v);
   if (auto v = std::getenv("BENCH_CAF_THREADS")) c.scheduler_threads = std::stoul(v);
   if (auto v = std::getenv("BENCH_WRITERS")) c.journal_connections = std::stoul(v);
@@ -222,6 +223,13 @@ double baseline(const options& o, long rows) {
 
 // -- step_throughput --------------------------------------------------------------
 
+/// Client threads starting workflows (`BENCH_START_THREADS`, default 8).
+int start_threads() {
+  if (auto v = std::getenv("BENCH_START_THREADS"))
+    return std::max(1, std::stoi(v));
+  return 8;
+}
+
 task<int> trivial_steps(workflow_context& ctx, int steps) {
   int sum = 0;
   for (int i = 0; i < steps; ++i)
@@ -234,15 +242,27 @@ void step_throughput(const options& o) {
   runtime rt{runtime_config(db)};
   rt.register_workflow("trivial", trivial_steps);
   rt.start();
+  // Workflows are started the way a server starts them: from several
+  // request threads at once (each start is durable before it returns).
+  auto clients = std::min(o.workflows, start_threads());
   auto t0 = bench_clock::now();
-  std::vector<workflow_handle<int>> handles;
-  handles.reserve(static_cast<size_t>(o.workflows));
-  for (int w = 0; w < o.workflows; ++w)
-    handles.push_back(rt.start_workflow<int>("trivial", o.steps));
+  std::vector<std::vector<workflow_handle<int>>> handles(
+    static_cast<size_t>(clients));
+  {
+    std::vector<std::jthread> starters;
+    for (int c = 0; c < clients; ++c)
+      starters.emplace_back([&, c] {
+        for (int w = c; w < o.workflows; w += clients)
+          handles[static_cast<size_t>(c)].push_back(
+            rt.start_workflow<int>("trivial", o.steps));
+      });
+  }
+  auto start_secs = seconds_since(t0);
   int expected = o.steps * (o.steps - 1) / 2;
-  for (auto& h : handles)
-    if (h.get(300s) != expected)
-      throw std::runtime_error("wrong workflow output");
+  for (auto& mine : handles)
+    for (auto& h : mine)
+      if (h.get(300s) != expected)
+        throw std::runtime_error("wrong workflow output");
   auto secs = seconds_since(t0);
   test::sql_client sql{db};
   auto rows = count_rows(sql, "journal");
@@ -250,7 +270,9 @@ void step_throughput(const options& o) {
   auto j = header(o);
   j.add("workflows", o.workflows)
     .add("steps", o.steps)
+    .add("start_threads", clients)
     .add("seconds", secs)
+    .add("start_seconds", start_secs)
     .add("steps_per_s", steps / secs)
     .add("workflows_per_s", o.workflows / secs)
     .add("journal_rows", static_cast<double>(rows))

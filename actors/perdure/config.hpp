@@ -35,6 +35,9 @@ struct config {
   /// batch, the next one is written. SQLite has one writer at a time, so
   /// it always uses one.
   std::size_t journal_connections = 2;
+  /// Most connections opened for starting runs and transactional steps,
+  /// which run on many threads at once (callers beyond it wait).
+  std::size_t pooled_connections = 16;
   /// How long transient database errors are retried.
   std::chrono::milliseconds db_retry_budget{30'000};
   /// How often a handle waiting on a run owned by another process polls.

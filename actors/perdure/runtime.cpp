@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <future>
 #include <random>
 
 #include "perdure/detail/clock.hpp"
@@ -83,6 +84,20 @@ bool runtime_impl::running() const {
   return running_;
 }
 
+runtime_impl::client_call::client_call(runtime_impl& rt) : rt_(rt) {
+  std::lock_guard guard{rt_.active_mtx_};
+  if (!rt_.running_)
+    throw perdure::error(errc::not_running,
+                         "start() the runtime before starting work");
+  ++rt_.client_calls_;
+}
+
+runtime_impl::client_call::~client_call() {
+  std::lock_guard guard{rt_.active_mtx_};
+  if (--rt_.client_calls_ == 0)
+    rt_.clients_done_.notify_all();
+}
+
 void runtime_impl::start() {
   if (running())
     return;
@@ -98,7 +113,7 @@ void runtime_impl::start() {
   writer = std::make_unique<persistence::journal_writer>(
     std::move(journal), persistence::journal_writer::options{});
   steps = std::make_unique<step_executor>(cfg.step_threads);
-  tx_stores = std::make_unique<store_pool>(opts);
+  tx_stores = std::make_unique<store_pool>(opts, cfg.pooled_connections);
   system_cfg = std::make_unique<caf::actor_system_config>();
   system_cfg->set("scheduler.max-threads", cfg.scheduler_threads);
   system_cfg->set("scheduler.max-throughput", std::size_t{300});
@@ -160,10 +175,11 @@ void runtime_impl::recover() {
 void runtime_impl::stop() {
   std::vector<caf::actor> actors;
   {
-    std::lock_guard guard{active_mtx_};
+    std::unique_lock guard{active_mtx_};
     if (!running_)
       return;
     running_ = false;
+    clients_done_.wait(guard, [this] { return client_calls_ == 0; });
     for (auto& [id, a] : active_)
       actors.push_back(a);
     active_.clear();
@@ -180,6 +196,11 @@ void runtime_impl::stop() {
   tx_stores.reset();
   std::lock_guard guard{control_mtx_};
   control_.reset();
+}
+
+bool runtime_impl::is_active(const std::string& id) const {
+  std::lock_guard guard{active_mtx_};
+  return active_.count(id) > 0;
 }
 
 void runtime_impl::spawn_run(persistence::run_record run,
@@ -365,22 +386,47 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   run.owner = {impl_->cfg.executor_id, 1};
   run.app_version = impl_->cfg.app_version;
   run.created_at_ms = detail::now_ms();
-  auto result = impl_->with_control(
-    [&](persistence::store& db) { return db.create_run(run); });
-  if (!result.created) {
-    auto& existing = result.run;
-    if (existing.name != run.name)
-      throw error(errc::conflicting_id,
-                  "workflow id '" + run.id + "' already names a run of '"
-                    + existing.name + "'");
-    if (existing.inputs != run.inputs)
-      throw error(errc::conflicting_id,
-                  "workflow id '" + run.id
-                    + "' already names a run with other inputs");
-    return run.id;
+  detail::runtime_impl::client_call call{*impl_};
+  // Through the group-commit writer: starts from many threads share a
+  // commit. Durable first, then delivered: the run exists before its actor.
+  std::promise<persistence::write_ack> created;
+  auto ack = created.get_future();
+  impl_->writer->create(run, [&created](persistence::write_ack a) {
+    created.set_value(a);
+  });
+  switch (ack.get()) {
+    case persistence::write_ack::committed:
+      impl_->spawn_run(std::move(run), {});
+      return opts.id;
+    case persistence::write_ack::failed:
+      throw error(errc::store_unavailable,
+                  "could not record the start of workflow '" + run.id + "'");
+    case persistence::write_ack::rejected:
+      break;
   }
-  // Durable first, then delivered: the run exists before its actor does.
-  impl_->spawn_run(std::move(result.run), {});
+  // The id was taken: the same start again (or our own in-doubt commit
+  // re-sent) returns that run; another name or other inputs is a conflict.
+  auto existing = impl_->tx_stores->with([&](persistence::store& db) {
+    return db.get_run(run.id);
+  });
+  if (!existing)
+    throw error(errc::store_error, "run '" + run.id + "' vanished");
+  if (existing->name != run.name)
+    throw error(errc::conflicting_id,
+                "workflow id '" + run.id + "' already names a run of '"
+                  + existing->name + "'");
+  if (existing->inputs != run.inputs)
+    throw error(errc::conflicting_id,
+                "workflow id '" + run.id
+                  + "' already names a run with other inputs");
+  if (existing->status == run_status::pending && existing->owner == run.owner
+      && !impl_->is_active(run.id)) {
+    // Ours and not running: a creation whose acknowledgement was lost.
+    auto journal = impl_->tx_stores->with([&](persistence::store& db) {
+      return db.load_journals({run.id});
+    });
+    impl_->spawn_run(std::move(*existing), std::move(journal));
+  }
   return opts.id;
 }
 

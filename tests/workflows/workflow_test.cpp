@@ -193,6 +193,30 @@ TEST_F(workflow_test, the_same_id_returns_the_existing_run_without_rerunning) {
   EXPECT_EQ(executions.load(), 1);
 }
 
+TEST_F(workflow_test, concurrent_starts_of_one_id_make_one_run_and_one_execution) {
+  runtime rt{cfg()};
+  std::atomic<int> executions{0};
+  rt.register_workflow("once", [&](workflow_context& ctx, int x) -> task<int> {
+    co_return co_await ctx.step("s", [&] {
+      ++executions;
+      std::this_thread::sleep_for(20ms);
+      return x + 1;
+    });
+  });
+  rt.start();
+  // Starts of several ids from many threads share writer batches; the
+  // duplicates of an id in one batch must still make one run.
+  std::vector<std::future<int>> results;
+  for (int t = 0; t < 16; ++t)
+    results.push_back(std::async(std::launch::async, [&, t] {
+      auto id = "dup-" + std::to_string(t % 4);
+      return rt.start_workflow<int>("once", t % 4, {.id = id}).get(10s);
+    }));
+  for (int t = 0; t < 16; ++t)
+    EXPECT_EQ(results[static_cast<size_t>(t)].get(), t % 4 + 1);
+  EXPECT_EQ(executions.load(), 4);
+}
+
 TEST_F(workflow_test, the_same_id_with_other_inputs_or_name_is_a_clear_error) {
   runtime rt{cfg()};
   rt.register_workflow("a", [](workflow_context&, int x) -> task<int> {

@@ -135,13 +135,12 @@ struct run_state : run_core {
                        std::string{what}, false);
       };
       try {
-        auto db = pool->acquire();
-        auto result = db->run_transaction(fence, checkpoint,
-                                          [&](sql_session& s) {
-                                            payload = body(s);
-                                            return payload;
-                                          });
-        pool->release(std::move(db));
+        auto result = pool->with([&](persistence::store& db) {
+          return db.run_transaction(fence, checkpoint, [&](sql_session& s) {
+            payload = body(s);
+            return payload;
+          });
+        });
         if (result == persistence::transaction_outcome::fenced)
           caf::anon_send(me, fenced_atom::value, seq);
         else

@@ -44,6 +44,19 @@ public:
   /// Returns whether `start()` ran and `stop()` did not.
   bool running() const;
 
+  /// Keeps the runtime's parts alive while an application thread uses them
+  /// (stop() waits for every client_call to end before tearing down).
+  class client_call {
+  public:
+    explicit client_call(runtime_impl& rt);
+    ~client_call();
+    client_call(const client_call&) = delete;
+    client_call& operator=(const client_call&) = delete;
+
+  private:
+    runtime_impl& rt_;
+  };
+
   void start();
   void stop();
 
@@ -59,6 +72,9 @@ public:
 
   /// Returns the store options derived from the config.
   persistence::store_options store_options() const;
+
+  /// Returns whether run `id` has an actor in this process.
+  bool is_active(const std::string& id) const;
 
   /// Spawns the actor of `run`, replaying `journal`.
   void spawn_run(persistence::run_record run,
@@ -93,6 +109,8 @@ private:
   mutable std::mutex active_mtx_;
   std::unordered_map<std::string, caf::actor> active_;
   bool running_ = false;
+  std::size_t client_calls_ = 0;
+  std::condition_variable clients_done_;
 
   std::mutex done_mtx_;
   std::condition_variable done_cv_;

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <condition_variable>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -8,35 +10,80 @@
 
 namespace perdure::detail {
 
-/// Store connections for transactional steps, opened on demand and reused:
-/// one connection serves one step at a time.
+/// Store connections for work that may run on many threads at once (starting
+/// runs, transactional steps), opened on demand up to `max_open` and reused:
+/// one connection serves one caller at a time; callers beyond the cap wait.
 class store_pool {
 public:
-  explicit store_pool(persistence::store_options opts) : opts_(std::move(opts)) {
+  store_pool(persistence::store_options opts, std::size_t max_open)
+    : opts_(std::move(opts)), max_open_(max_open == 0 ? 1 : max_open) {
   }
 
-  /// Returns an idle connection, opening one if none is idle.
+  /// Returns an idle connection, opening one if none is idle and the cap
+  /// allows, else waiting for one.
   std::unique_ptr<persistence::store> acquire() {
-    {
-      std::lock_guard guard{mtx_};
-      if (!idle_.empty()) {
-        auto result = std::move(idle_.back());
-        idle_.pop_back();
-        return result;
-      }
+    std::unique_lock guard{mtx_};
+    cv_.wait(guard, [this] { return !idle_.empty() || open_ < max_open_; });
+    if (!idle_.empty()) {
+      auto result = std::move(idle_.back());
+      idle_.pop_back();
+      return result;
     }
-    return persistence::open_store(opts_);
+    ++open_;
+    guard.unlock();
+    try {
+      return persistence::open_store(opts_);
+    } catch (...) {
+      forget();
+      throw;
+    }
   }
 
   /// Returns a connection to the pool.
   void release(std::unique_ptr<persistence::store> db) {
-    std::lock_guard guard{mtx_};
-    idle_.push_back(std::move(db));
+    {
+      std::lock_guard guard{mtx_};
+      idle_.push_back(std::move(db));
+    }
+    cv_.notify_one();
+  }
+
+  /// Accounts for a connection acquired and then dropped (closed).
+  void forget() {
+    {
+      std::lock_guard guard{mtx_};
+      --open_;
+    }
+    cv_.notify_one();
+  }
+
+  /// Runs `f(store&)` on a pooled connection. A connection whose call threw
+  /// is closed rather than reused: its state is unknown.
+  template <class F>
+  auto with(F&& f) {
+    auto db = acquire();
+    try {
+      if constexpr (std::is_void_v<decltype(f(*db))>) {
+        f(*db);
+        release(std::move(db));
+      } else {
+        auto result = f(*db);
+        release(std::move(db));
+        return result;
+      }
+    } catch (...) {
+      db.reset();
+      forget();
+      throw;
+    }
   }
 
 private:
   persistence::store_options opts_;
+  std::size_t max_open_;
   std::mutex mtx_;
+  std::condition_variable cv_;
+  std::size_t open_ = 0;
   std::vector<std::unique_ptr<persistence::store>> idle_;
 };
 

@@ -35,6 +35,10 @@ journal_writer::~journal_writer() {
     t.join();
 }
 
+void journal_writer::create(run_record run, callback done) {
+  push(request{std::move(run), std::move(done)});
+}
+
 void journal_writer::append(append_write w, callback done) {
   push(request{std::move(w), std::move(done)});
 }
@@ -75,16 +79,19 @@ void journal_writer::run(store& db) {
       }
     }
     // Split the requests into the batch, remembering where each one went.
-    write_batch batch;
+    pending_batch batch;
     std::vector<slot> slots;
     slots.reserve(taken.size());
     for (auto& req : taken) {
-      if (auto* a = std::get_if<append_write>(&req.write)) {
-        slots.emplace_back(true, batch.appends.size());
-        batch.appends.push_back(std::move(*a));
+      if (auto* r = std::get_if<run_record>(&req.write)) {
+        slots.emplace_back(kind::create, batch.creates.size());
+        batch.creates.push_back(std::move(*r));
+      } else if (auto* a = std::get_if<append_write>(&req.write)) {
+        slots.emplace_back(kind::append, batch.writes.appends.size());
+        batch.writes.appends.push_back(std::move(*a));
       } else {
-        slots.emplace_back(false, batch.completions.size());
-        batch.completions.push_back(
+        slots.emplace_back(kind::complete, batch.writes.completions.size());
+        batch.writes.completions.push_back(
           std::move(std::get<completion_write>(req.write)));
       }
     }
@@ -95,13 +102,15 @@ void journal_writer::run(store& db) {
       // write must not fail the others, so commit them one by one.
       acks.emplace();
       for (std::size_t i = 0; i < taken.size(); ++i) {
-        write_batch single;
-        auto [is_append, idx] = slots[i];
-        if (is_append)
-          single.appends.push_back(batch.appends[idx]);
+        pending_batch single;
+        auto [k, idx] = slots[i];
+        if (k == kind::create)
+          single.creates.push_back(batch.creates[idx]);
+        else if (k == kind::append)
+          single.writes.appends.push_back(batch.writes.appends[idx]);
         else
-          single.completions.push_back(batch.completions[idx]);
-        auto one = commit(db, single, {{is_append, 0}}, unavailable);
+          single.writes.completions.push_back(batch.writes.completions[idx]);
+        auto one = commit(db, single, {{k, 0}}, unavailable);
         acks->push_back(one ? one->front() : write_ack::failed);
       }
     }
@@ -115,14 +124,24 @@ void journal_writer::run(store& db) {
 }
 
 std::optional<std::vector<write_ack>>
-journal_writer::commit(store& db, const write_batch& batch,
+journal_writer::commit(store& db, const pending_batch& batch,
                        const std::vector<slot>& slots, bool& unavailable) {
   try {
-    auto result = db.write_batch(batch);
+    // Runs first: nothing in the same batch depends on them (a run's first
+    // append follows its acknowledged creation), so two commits are fine,
+    // and a batch without creations stays one statement.
+    std::vector<bool> created;
+    if (!batch.creates.empty())
+      created = db.create_runs(batch.creates);
+    batch_result result;
+    if (!batch.writes.empty())
+      result = db.write_batch(batch.writes);
     std::vector<write_ack> acks;
     acks.reserve(slots.size());
-    for (auto [is_append, idx] : slots) {
-      auto ok = is_append ? result.appends[idx] : result.completions[idx];
+    for (auto [k, idx] : slots) {
+      auto ok = k == kind::create   ? created[idx]
+                : k == kind::append ? result.appends[idx]
+                                    : result.completions[idx];
       acks.push_back(ok ? write_ack::committed : write_ack::rejected);
     }
     std::lock_guard guard{mtx_};

@@ -26,8 +26,8 @@ enum class write_ack : std::uint8_t {
   failed,
 };
 
-/// The group-commit writer: every journal append and run completion goes
-/// through it. Writes from many actors collect in a queue while the previous
+/// The group-commit writer: every run creation, journal append and run
+/// completion goes through it. Writes from many actors collect in a queue while the previous
 /// batch commits; the next batch takes all of them in one transaction, and
 /// each writer is called back after the commit (never before). Under load
 /// this turns one commit per step into one commit per batch. A batch that
@@ -61,6 +61,10 @@ public:
   journal_writer(const journal_writer&) = delete;
   journal_writer& operator=(const journal_writer&) = delete;
 
+  /// Queues the creation of a run: `committed` once inserted, `rejected` if
+  /// its id was taken.
+  void create(run_record run, callback done);
+
   /// Queues a fenced journal append.
   void append(append_write w, callback done);
 
@@ -72,12 +76,19 @@ public:
 
 private:
   struct request {
-    std::variant<append_write, completion_write> write;
+    std::variant<run_record, append_write, completion_write> write;
     callback done;
   };
 
-  /// Where a request went in a batch: (is_append, index).
-  using slot = std::pair<bool, std::size_t>;
+  /// What a request is, and its index among the batch's writes of that kind.
+  enum class kind : std::uint8_t { create, append, complete };
+  using slot = std::pair<kind, std::size_t>;
+
+  /// A batch: the runs it creates, then its journal writes.
+  struct pending_batch {
+    std::vector<run_record> creates;
+    write_batch writes;
+  };
 
   static std::vector<std::unique_ptr<store>> one(std::unique_ptr<store> db);
   void push(request req);
@@ -86,7 +97,7 @@ private:
   /// Commits `batch`; returns each slot's ack, or nothing if it failed
   /// (setting `unavailable` if the database could not be reached at all).
   std::optional<std::vector<write_ack>> commit(store& db,
-                                               const write_batch& batch,
+                                               const pending_batch& batch,
                                                const std::vector<slot>& slots,
                                                bool& unavailable);
 

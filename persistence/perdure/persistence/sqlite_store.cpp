@@ -394,6 +394,31 @@ create_result sqlite_store::create_run(const run_record& run) {
   });
 }
 
+std::vector<bool> sqlite_store::create_runs(const std::vector<run_record>& runs) {
+  return in_transaction([&] {
+    std::vector<bool> created;
+    created.reserve(runs.size());
+    auto& ins = prepare(
+      "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
+      "app_version, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+      "?7, ?8, ?8) ON CONFLICT (id) DO NOTHING");
+    for (auto& run : runs) {
+      ins.reset()
+        .bind(1, run.id)
+        .bind(2, run.name)
+        .bind(3, to_string(run.status))
+        .bind_blob(4, run.inputs)
+        .bind(5, run.owner.executor)
+        .bind(6, run.owner.epoch)
+        .bind(7, run.app_version)
+        .bind(8, run.created_at_ms)
+        .run();
+      created.push_back(sqlite3_changes(db_) == 1);
+    }
+    return created;
+  });
+}
+
 std::optional<run_record> sqlite_store::get_run(std::string_view id) {
   return with_retry([&]() -> std::optional<run_record> {
     auto& sel = prepare(std::string{"SELECT "} + run_columns

@@ -29,6 +29,7 @@ public:
   void migrate() override;
   int schema_version() override;
   create_result create_run(const run_record& run) override;
+  std::vector<bool> create_runs(const std::vector<run_record>& runs) override;
   std::optional<run_record> get_run(std::string_view id) override;
   std::vector<run_record> claim_pending_runs(std::string_view executor) override;
   std::vector<journal_entry>

@@ -56,6 +56,12 @@ public:
   /// Inserts `run` unless a run with its id exists; returns what is stored.
   virtual create_result create_run(const run_record& run) = 0;
 
+  /// Inserts, in one transaction, each of `runs` whose id is new; returns
+  /// for each whether this call inserted it (`false`: the id was taken, by
+  /// an earlier run or by an earlier run in the same list).
+  virtual std::vector<bool> create_runs(const std::vector<run_record>& runs)
+    = 0;
+
   /// Returns the run with id `id`, if any.
   virtual std::optional<run_record> get_run(std::string_view id) = 0;
 
