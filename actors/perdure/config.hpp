@@ -3,8 +3,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "perdure/clock.hpp"
 #include "perdure/persistence/codec.hpp"
 
 namespace perdure {
@@ -40,6 +42,13 @@ struct config {
   std::size_t pooled_connections = 16;
   /// How long transient database errors are retried.
   std::chrono::milliseconds db_retry_budget{30'000};
+  /// The time source of durable timers; null means the system clock. Tests
+  /// give a `perdure::testing::manual_clock`.
+  std::shared_ptr<perdure::clock> clock;
+  /// A run that will sleep or wait longer than this is dropped from memory
+  /// (actor stopped, coroutine frame destroyed) and brought back by its
+  /// timer or by a delivery, through replay.
+  std::chrono::milliseconds passivate_after{10'000};
   /// How often a handle waiting on a run owned by another process polls.
   std::chrono::milliseconds poll_interval{100};
 

@@ -66,7 +66,8 @@ void forget_caf_logger() {
 
 namespace detail {
 
-runtime_impl::runtime_impl(config c) : cfg(std::move(c)) {
+runtime_impl::runtime_impl(config c)
+  : cfg(std::move(c)), clock(cfg.clock ? cfg.clock : perdure::system_clock()) {
 }
 
 runtime_impl::~runtime_impl() {
@@ -120,6 +121,8 @@ void runtime_impl::start() {
   system_cfg->set("scheduler.policy", caf::atom("sharing"));
   system = std::make_unique<caf::actor_system>(*system_cfg);
   forget_caf_logger();
+  timers = std::make_unique<timer_service>(
+    clock, [this](const timer& t) { wake(t.run_id, t.seq); });
   {
     std::lock_guard guard{active_mtx_};
     running_ = true;
@@ -130,6 +133,16 @@ void runtime_impl::start() {
 void runtime_impl::recover() {
   auto runs = with_control([&](persistence::store& db) {
     return db.claim_pending_runs(cfg.executor_id);
+  });
+  // Passivated runs stay out of memory: their timer brings them back (a
+  // delivery clears the wake-up time, so those are loaded now).
+  auto now = clock->now_ms();
+  std::erase_if(runs, [&](const persistence::run_record& run) {
+    if (!run.wake_at_ms || *run.wake_at_ms <= now)
+      return false;
+    if (*run.wake_at_ms < passivated_forever)
+      timers->schedule({*run.wake_at_ms, run.id, -1});
+    return true;
   });
   if (runs.empty())
     return;
@@ -181,13 +194,15 @@ void runtime_impl::stop() {
     running_ = false;
     clients_done_.wait(guard, [this] { return client_calls_ == 0; });
     for (auto& [id, a] : active_)
-      actors.push_back(a);
+      actors.push_back(a.actor);
     active_.clear();
   }
   for (auto& a : actors)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   actors.clear();
-  // Order matters: no actor may use the executor or the writer afterwards.
+  // Order matters: no timer may wake a run, and no actor may use the
+  // executor or the writer afterwards.
+  timers.reset();
   system->await_all_actors_done();
   steps.reset();
   writer.reset();
@@ -198,9 +213,73 @@ void runtime_impl::stop() {
   control_.reset();
 }
 
+void runtime_impl::cancelled(const std::string& id) {
+  {
+    std::lock_guard guard{active_mtx_};
+    auto i = active_.find(id);
+    if (i != active_.end()) {
+      // The actor stops and reports the end itself.
+      caf::anon_send(i->second.actor, cancel_atom::value);
+      return;
+    }
+  }
+  // Passivated (or owned elsewhere): nothing to stop; tell the waiters.
+  run_stopped(id, run_outcome{run_status::cancelled, std::nullopt,
+                              std::string{"cancelled"}});
+}
+
 bool runtime_impl::is_active(const std::string& id) const {
   std::lock_guard guard{active_mtx_};
   return active_.count(id) > 0;
+}
+
+void runtime_impl::wake(const std::string& id, std::int32_t seq) {
+  {
+    std::lock_guard guard{active_mtx_};
+    if (!running_)
+      return;
+    auto i = active_.find(id);
+    if (i != active_.end()) {
+      ++i->second.wakes;
+      caf::anon_send(i->second.actor, wake_atom::value, seq);
+      return;
+    }
+  }
+  steps->post([this, id] { revive(id); });
+}
+
+std::uint64_t runtime_impl::wake_count(const std::string& id) const {
+  std::lock_guard guard{active_mtx_};
+  auto i = active_.find(id);
+  return i == active_.end() ? 0 : i->second.wakes;
+}
+
+bool runtime_impl::finish_passivation(const std::string& id,
+                                      std::uint64_t seen) {
+  std::lock_guard guard{active_mtx_};
+  auto i = active_.find(id);
+  if (i == active_.end() || i->second.wakes != seen)
+    return false;
+  active_.erase(i);
+  return true;
+}
+
+void runtime_impl::revive(const std::string& id) {
+  try {
+    if (is_active(id))
+      return;
+    auto run = tx_stores->with(
+      [&](persistence::store& db) { return db.get_run(id); });
+    if (!run || run->status != run_status::pending
+        || run->owner.executor != cfg.executor_id)
+      return;
+    auto journal = tx_stores->with(
+      [&](persistence::store& db) { return db.load_journals({id}); });
+    spawn_run(std::move(*run), std::move(journal));
+  } catch (const std::exception& ex) {
+    // Still PENDING in the store: the next start recovers it.
+    spdlog::error("perdure: could not bring run {} back: {}", id, ex.what());
+  }
 }
 
 void runtime_impl::spawn_run(persistence::run_record run,
@@ -209,8 +288,9 @@ void runtime_impl::spawn_run(persistence::run_record run,
   if (!running_ || active_.count(run.id) > 0)
     return;
   auto id = run.id;
-  active_.emplace(std::move(id), spawn_run_actor(*system, *this, std::move(run),
-                                                 std::move(journal)));
+  active_.emplace(std::move(id),
+                  active_run{spawn_run_actor(*system, *this, std::move(run),
+                                             std::move(journal))});
   forget_caf_logger();
 }
 
@@ -310,6 +390,22 @@ run_status status_of(runtime_impl& rt, const std::string& id) {
   if (!run)
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
   return run->status;
+}
+
+void cancel_run(runtime_impl& rt, const std::string& id) {
+  runtime_impl::client_call call{rt};
+  auto cancelled = rt.tx_stores->with([&](persistence::store& db) {
+    return db.cancel_run(id, rt.clock->now_ms());
+  });
+  if (cancelled.empty()) {
+    auto run = rt.tx_stores->with(
+      [&](persistence::store& db) { return db.get_run(id); });
+    if (!run)
+      throw error(errc::not_found, "no workflow run with id '" + id + "'");
+    return; // it had ended already
+  }
+  for (auto& c : cancelled)
+    rt.cancelled(c);
 }
 
 void throw_run_failure(const std::string& id, const run_outcome& outcome) {
@@ -428,6 +524,54 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
     impl_->spawn_run(std::move(*existing), std::move(journal));
   }
   return opts.id;
+}
+
+void runtime::cancel(const std::string& id) {
+  detail::cancel_run(*impl_, id);
+}
+
+void runtime::resolve(const std::string& id, bool ok, std::string bytes) {
+  detail::runtime_impl::client_call call{*impl_};
+  if (bytes.size() > impl_->cfg.max_payload_bytes)
+    throw error(errc::payload_too_large,
+                "awakeable value of " + std::to_string(bytes.size())
+                  + " bytes exceeds the limit of "
+                  + std::to_string(impl_->cfg.max_payload_bytes));
+  // awk_<seq>_<run id>: the journal entry that created it.
+  auto unknown = [&] {
+    return error(errc::not_found, "no awakeable with id '"
+                                    + persistence::valid_text(id) + "'");
+  };
+  if (id.rfind("awk_", 0) != 0)
+    throw unknown();
+  auto sep = id.find('_', 4);
+  if (sep == std::string::npos || sep == 4 || sep - 4 > 9
+      || id.find_first_not_of("0123456789", 4) != sep || sep + 1 >= id.size())
+    throw unknown();
+  persistence::resolution r;
+  r.id = id;
+  r.seq = std::stoi(id.substr(4, sep - 4));
+  r.run_id = id.substr(sep + 1);
+  if (!persistence::is_valid_name(r.run_id))
+    throw unknown();
+  r.result = ok ? persistence::outcome::value : persistence::outcome::terminal;
+  if (ok)
+    r.payload = std::move(bytes);
+  else
+    r.error = persistence::valid_text(bytes);
+  r.at_ms = impl_->clock->now_ms();
+  auto result = impl_->tx_stores->with(
+    [&](persistence::store& db) { return db.resolve(r); });
+  switch (result) {
+    case persistence::resolve_result::unknown_id:
+      throw unknown();
+    case persistence::resolve_result::already_resolved:
+      throw error(errc::already_resolved,
+                  "awakeable '" + id + "' was already resolved or rejected");
+    case persistence::resolve_result::resolved:
+      impl_->wake(r.run_id, -1);
+      return;
+  }
 }
 
 } // namespace perdure

@@ -83,10 +83,35 @@ public:
     return {impl_, std::move(id)};
   }
 
+  /// Cancels run `id` and its PENDING children, from any thread: it ends
+  /// CANCELLED at once, woken if it sleeps or waits (code in a running step
+  /// finishes, but its result is not recorded). A run that already ended is
+  /// left as it is. Throws `not_found` for an unknown id.
+  void cancel(const std::string& id);
+
+  // -- awakeables -------------------------------------------------------------
+
+  /// Completes awakeable `id` (see `workflow_context::awakeable`) with
+  /// `value`, from any thread: persisted first, then delivered; a value that
+  /// arrives before the run awaits it waits for it. Throws `perdure::error`:
+  /// `not_found` for an unknown id, `already_resolved` if it was resolved or
+  /// rejected before (the first outcome stays), `payload_too_large`.
+  template <class T>
+  void resolve_awakeable(const std::string& id, const T& value) {
+    resolve(id, true, persistence::encode(value, cfg().payload_encoding));
+  }
+
+  /// Fails awakeable `id`: the awaiting code gets a `terminal_error` with
+  /// `reason`. Same errors as `resolve_awakeable`.
+  void reject_awakeable(const std::string& id, std::string reason) {
+    resolve(id, false, std::move(reason));
+  }
+
   /// Returns the configuration.
   const config& cfg() const noexcept;
 
 private:
+  void resolve(const std::string& id, bool ok, std::string bytes);
   void add_workflow(std::string name, detail::workflow_entry entry);
   std::string start_run(std::string_view name, std::string inputs,
                         start_options opts);

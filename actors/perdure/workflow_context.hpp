@@ -1,5 +1,7 @@
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <coroutine>
 #include <string>
 #include <type_traits>
@@ -86,6 +88,101 @@ private:
   operation op_;
 };
 
+/// `co_await`ing a durable sleep: ready at once if replay finds it due,
+/// otherwise suspended until the actor's timer says it is.
+class sleep_awaiter {
+public:
+  sleep_awaiter(run_core& core, operation op)
+    : core_(&core), op_(std::move(op)) {
+  }
+
+  bool await_ready() {
+    if (!core_->replaying(op_.seq, op_.kind, op_.name))
+      return false;
+    return std::stoll(core_->recorded(op_.seq).payload) <= core_->now_ms();
+  }
+
+  void await_suspend(std::coroutine_handle<> h) {
+    core_->perform(std::move(op_), h);
+  }
+
+  void await_resume() {
+    core_->take(op_.seq);
+  }
+
+private:
+  run_core* core_;
+  operation op_;
+};
+
+/// Returns the id of the awakeable created at journal index `seq`: a pure
+/// function of the run and the index, so replay hands out the same id.
+inline std::string awakeable_id(const std::string& run_id, std::int32_t seq) {
+  return "awk_" + std::to_string(seq) + "_" + run_id;
+}
+
+} // namespace detail
+
+/// A durable id an outside system completes with
+/// `runtime::resolve_awakeable` (or fails with `reject_awakeable`), from any
+/// thread; `co_await` it for the value. See `workflow_context::awakeable`.
+template <class T>
+class awakeable {
+public:
+  awakeable(detail::run_core& core, std::string id)
+    : core_(&core), id_(std::move(id)) {
+  }
+
+  /// Returns the id to hand out.
+  const std::string& id() const noexcept {
+    return id_;
+  }
+
+  /// Waits (durably: across crashes and passivation) for the outcome: the
+  /// resolved value, or a `terminal_error` with the rejection's reason.
+  detail::operation_awaiter<T> operator co_await() const {
+    detail::operation op;
+    op.seq = core_->next_seq();
+    op.kind = persistence::entry_kind::await;
+    op.name = id_;
+    return detail::operation_awaiter<T>{*core_, std::move(op)};
+  }
+
+private:
+  detail::run_core* core_;
+  std::string id_;
+};
+
+namespace detail {
+
+/// `co_await`ing the creation of an awakeable: its id is durable before the
+/// code can hand it out, so no resolution ever finds it unknown.
+template <class T>
+class awakeable_creation {
+public:
+  awakeable_creation(run_core& core, operation op)
+    : core_(&core), id_(op.name), inner_(core, std::move(op)) {
+  }
+
+  bool await_ready() {
+    return inner_.await_ready();
+  }
+
+  void await_suspend(std::coroutine_handle<> h) {
+    inner_.await_suspend(h);
+  }
+
+  awakeable<T> await_resume() {
+    inner_.await_resume();
+    return awakeable<T>{*core_, id_};
+  }
+
+private:
+  run_core* core_;
+  std::string id_;
+  operation_awaiter<void> inner_;
+};
+
 } // namespace detail
 
 /// What a workflow's code sees of its run. Every durable operation goes
@@ -168,7 +265,47 @@ public:
     return detail::operation_awaiter<result_type>{*core, std::move(op)};
   }
 
+  /// Sleeps durably for `d`: the wake-up time is checkpointed before the run
+  /// suspends, no thread is held, a long sleep drops the run from memory
+  /// (`config::passivate_after`), and after a restart the run sleeps only
+  /// what remains.
+  template <class Rep, class Period>
+  detail::sleep_awaiter sleep(std::chrono::duration<Rep, Period> d) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d);
+    return sleep_until_ms(core_->now_ms() + std::max<std::int64_t>(0, ms.count()));
+  }
+
+  /// Sleeps durably until `t` (on the runtime's clock).
+  detail::sleep_awaiter sleep_until(std::chrono::system_clock::time_point t) {
+    return sleep_until_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch())
+        .count());
+  }
+
+  /// Creates an awakeable: `co_await` it to get a durable id to hand to an
+  /// outside system, then `co_await` the awakeable itself for its value.
+  ///
+  /// ~~~
+  /// auto approval = co_await ctx.awakeable<bool>();
+  /// co_await ctx.step("ask", [&] { mail(approval.id()); });
+  /// bool ok = co_await approval;
+  /// ~~~
+  template <class T>
+  detail::awakeable_creation<T> awakeable() {
+    detail::operation op;
+    op.seq = core_->next_seq();
+    op.kind = persistence::entry_kind::awakeable;
+    op.name = detail::awakeable_id(core_->run_id(), op.seq);
+    return detail::awakeable_creation<T>{*core_, std::move(op)};
+  }
+
 private:
+  detail::sleep_awaiter sleep_until_ms(std::int64_t due_ms) {
+    auto op = next_operation(persistence::entry_kind::sleep, "sleep", {});
+    op.due_ms = due_ms;
+    return detail::sleep_awaiter{*core_, std::move(op)};
+  }
+
   /// Returns the operation at the next journal index.
   detail::operation next_operation(persistence::entry_kind kind,
                                    std::string name, retry_policy policy) {

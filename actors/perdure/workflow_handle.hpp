@@ -30,6 +30,9 @@ run_outcome await_run(runtime_impl& rt, const std::string& id,
 /// Returns the stored status of run `id`; throws `errc::not_found`.
 run_status status_of(runtime_impl& rt, const std::string& id);
 
+/// Cancels run `id` (see `runtime::cancel`).
+void cancel_run(runtime_impl& rt, const std::string& id);
+
 /// Throws the error that ends a run with a status other than SUCCESS.
 [[noreturn]] void throw_run_failure(const std::string& id,
                                     const run_outcome& outcome);
@@ -48,6 +51,11 @@ public:
   /// Returns the workflow id.
   const std::string& id() const noexcept {
     return id_;
+  }
+
+  /// Cancels the run and its children (see `runtime::cancel`).
+  void cancel() const {
+    detail::cancel_run(*rt_, id_);
   }
 
   /// Returns the run's current status, read from the store.

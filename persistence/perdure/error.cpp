@@ -20,6 +20,7 @@ const char* to_string(errc code) noexcept {
     case errc::retries_exceeded: return "retries_exceeded";
     case errc::timeout: return "timeout";
     case errc::not_running: return "not_running";
+    case errc::already_resolved: return "already_resolved";
   }
   return "unknown";
 }

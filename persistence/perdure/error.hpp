@@ -42,6 +42,8 @@ enum class errc : std::uint8_t {
   timeout,
   /// The runtime was used before `start()` or after `stop()`.
   not_running,
+  /// An awakeable (or promise) that was already resolved or rejected.
+  already_resolved,
 };
 
 /// Returns the stable name of `code`, e.g. `"conflicting_id"`.

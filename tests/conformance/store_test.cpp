@@ -62,11 +62,11 @@ TEST_F(store_test, reports_its_dialect) {
 }
 
 TEST_F(store_test, migrations_are_versioned_and_idempotent) {
-  EXPECT_EQ(store_->schema_version(), 1);
+  EXPECT_EQ(store_->schema_version(), 2);
   store_->migrate();
   auto other = open_store(db_.store_options());
   other->migrate();
-  EXPECT_EQ(other->schema_version(), 1);
+  EXPECT_EQ(other->schema_version(), 2);
 }
 
 TEST_F(store_test, create_run_is_idempotent_by_id) {

@@ -28,6 +28,8 @@ using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using fenced_atom = caf::atom_constant<caf::atom("fenced")>;
 using ended_atom = caf::atom_constant<caf::atom("ended")>;
 using durable_atom = caf::atom_constant<caf::atom("durable")>;
+using found_atom = caf::atom_constant<caf::atom("found")>;
+using passive_atom = caf::atom_constant<caf::atom("passive")>;
 
 struct run_state;
 using run_actor = caf::stateful_actor<run_state>;
@@ -66,6 +68,10 @@ struct run_state : run_core {
   std::optional<run_outcome> final_outcome;
   /// Set when the code went on after a non-determinism error.
   bool abandoned = false;
+  /// When the await in flight started waiting (clock ms), for passivation.
+  std::int64_t waiting_since = 0;
+  /// Whether a passivation write is in flight.
+  bool passivating = false;
   /// Declared last: the frame goes before everything it refers to.
   task<std::string> driver;
 
@@ -92,7 +98,186 @@ struct run_state : run_core {
     op = std::move(next);
     waiting = h;
     attempt = 0;
-    dispatch();
+    switch (op->kind) {
+      case persistence::entry_kind::step:
+      case persistence::entry_kind::transaction:
+        dispatch();
+        return;
+      case persistence::entry_kind::awakeable:
+        // Nothing to run: the creation itself is what becomes durable.
+        record(entry_for(op->seq));
+        return;
+      case persistence::entry_kind::sleep:
+        if (auto i = recorded_.find(op->seq); i != recorded_.end()) {
+          arm(std::stoll(i->second.payload)); // replay: sleep what remains
+        } else {
+          auto e = entry_for(op->seq);
+          e.payload = std::to_string(op->due_ms);
+          record(std::move(e));
+        }
+        return;
+      case persistence::entry_kind::await:
+        waiting_since = now_ms();
+        check_delivery();
+        return;
+    }
+  }
+
+  std::int64_t now_ms() const override {
+    return rt->clock->now_ms();
+  }
+
+  /// Checkpoints `e` (outcome value) from the actor.
+  void record(persistence::journal_entry e) {
+    e.created_at_ms = detail::now_ms();
+    checkpoint(*rt->writer, caf::actor_cast<caf::actor>(self), owner,
+               std::move(e));
+  }
+
+  /// Resumes the code waiting on the recorded operation in flight.
+  void resume_recorded() {
+    op.reset();
+    auto h = std::exchange(waiting, {});
+    h.resume();
+    after_resume();
+  }
+
+  // -- sleeping -----------------------------------------------------------------
+
+  /// Waits for the sleep in flight (recorded) to be due at `due`.
+  void arm(std::int64_t due) {
+    auto now = now_ms();
+    if (due <= now) {
+      resume_recorded();
+      return;
+    }
+    if (due - now > rt->cfg.passivate_after.count()) {
+      passivate(due);
+      return;
+    }
+    rt->timers->schedule({due, run_id_, op->seq});
+  }
+
+  // -- awaiting ------------------------------------------------------------------
+
+  /// Looks up the outcome of the awakeable awaited (off the actor: it
+  /// blocks); the answer comes back as a `found` message.
+  void check_delivery() {
+    auto me = caf::actor_cast<caf::actor>(self);
+    rt->steps->post([me, seq = op->seq, id = op->name,
+                     pool = rt->tx_stores.get()] {
+      try {
+        auto r = pool->with(
+          [&](persistence::store& db) { return db.get_resolution(id); });
+        if (r)
+          caf::anon_send(me, found_atom::value, seq, true,
+                         static_cast<std::int32_t>(r->result),
+                         std::move(r->payload), std::move(r->error));
+        else
+          caf::anon_send(me, found_atom::value, seq, false, std::int32_t{0},
+                         std::string{}, std::string{});
+      } catch (const std::exception& ex) {
+        spdlog::error("perdure: run {} could not read awakeable {}: {}",
+                      id.substr(id.find('_', 4) + 1), id, ex.what());
+        caf::anon_send(me, found_atom::value, seq, false, std::int32_t{0},
+                       std::string{}, std::string{});
+      }
+    });
+  }
+
+  void on_found(std::int32_t seq, bool found, std::int32_t result,
+                std::string payload, std::string error) {
+    if (!op || op->seq != seq || op->kind != persistence::entry_kind::await)
+      return;
+    if (found) {
+      auto e = entry_for(seq);
+      e.outcome = static_cast<persistence::outcome>(result);
+      e.payload = std::move(payload);
+      e.error = std::move(error);
+      record(std::move(e));
+      return;
+    }
+    // Not yet: a delivery wakes us. Past the threshold, leave memory.
+    auto idle = now_ms() - waiting_since;
+    if (idle >= rt->cfg.passivate_after.count())
+      passivate(passivated_forever);
+    else
+      rt->timers->schedule(
+        {waiting_since + rt->cfg.passivate_after.count(), run_id_, seq});
+  }
+
+  /// A timer is due (`seq` of the operation), or something was delivered
+  /// (`seq` -1).
+  void on_wake(std::int32_t seq) {
+    if (!op || passivating || (seq >= 0 && op->seq != seq))
+      return;
+    if (op->kind == persistence::entry_kind::sleep) {
+      if (auto i = recorded_.find(op->seq); i != recorded_.end())
+        arm(std::stoll(i->second.payload));
+    } else if (op->kind == persistence::entry_kind::await) {
+      check_delivery();
+    }
+  }
+
+  // -- passivation ----------------------------------------------------------------
+
+  /// Records that nothing needs this run before `wake_at`, then leaves
+  /// memory (unless woken meanwhile).
+  void passivate(std::int64_t wake_at) {
+    passivating = true;
+    auto me = caf::actor_cast<caf::actor>(self);
+    auto seen = rt->wake_count(run_id_);
+    rt->steps->post([me, seq = op->seq, seen, wake_at, fence = owner,
+                     id = run_id_, pool = rt->tx_stores.get()] {
+      bool ok = false;
+      try {
+        ok = pool->with([&](persistence::store& db) {
+          return db.set_wake_at(fence, id, wake_at);
+        });
+      } catch (const std::exception& ex) {
+        spdlog::error("perdure: run {} could not passivate: {}", id,
+                      ex.what());
+      }
+      caf::anon_send(me, passive_atom::value, seq, ok, wake_at,
+                     static_cast<std::uint64_t>(seen));
+    });
+  }
+
+  void on_passive(std::int32_t seq, bool ok, std::int64_t wake_at,
+                  std::uint64_t seen) {
+    passivating = false;
+    if (!ok) {
+      // Fenced or cancelled meanwhile; or the store failed: stay in memory
+      // and keep waiting (a failed write changed nothing).
+      if (op && op->seq == seq)
+        on_wake(seq);
+      return;
+    }
+    if (op && op->seq == seq && rt->finish_passivation(run_id_, seen)) {
+      if (wake_at != passivated_forever)
+        rt->timers->schedule({wake_at, run_id_, -1});
+      spdlog::debug("perdure: run {} passivated", run_id_);
+      self->quit(); // the state, and with it the coroutine frame, goes
+      return;
+    }
+    // Woken while passivating: the run stays, and the store must not keep a
+    // wake-up time that would hide it from recovery.
+    rt->steps->post([fence = owner, id = run_id_, pool = rt->tx_stores.get()] {
+      try {
+        pool->with([&](persistence::store& db) {
+          return db.set_wake_at(fence, id, std::nullopt);
+        });
+      } catch (const std::exception&) {
+      }
+    });
+    if (op && op->seq == seq)
+      on_wake(seq);
+  }
+
+  void on_cancel() {
+    spdlog::info("perdure: run {} cancelled", run_id_);
+    stop(run_outcome{run_status::cancelled, std::nullopt,
+                     std::string{"cancelled"}});
   }
 
   /// Runs one attempt of the operation in flight on the step executor.
@@ -119,7 +304,7 @@ struct run_state : run_core {
         e.outcome = out.result;
         e.payload = std::move(out.payload);
         e.error = persistence::valid_text(out.error);
-        e.created_at_ms = now_ms();
+        e.created_at_ms = detail::now_ms();
         checkpoint(*writer, me, std::move(fence), std::move(e));
       });
       return;
@@ -212,6 +397,13 @@ struct run_state : run_core {
     e.outcome = static_cast<persistence::outcome>(result);
     e.payload = std::move(payload);
     e.error = std::move(error);
+    if (op->kind == persistence::entry_kind::sleep) {
+      // The wake-up time is durable; now wait for it.
+      auto due = op->due_ms;
+      recorded_[seq] = std::move(e);
+      arm(due);
+      return;
+    }
     resume_with(std::move(e));
   }
 
@@ -357,6 +549,17 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
                              std::move(error));
     },
     [self](fenced_atom, std::int32_t) { self->state.lost_ownership(); },
+    [self](wake_atom, std::int32_t seq) { self->state.on_wake(seq); },
+    [self](found_atom, std::int32_t seq, bool found, std::int32_t result,
+           std::string& payload, std::string& error) {
+      self->state.on_found(seq, found, result, std::move(payload),
+                           std::move(error));
+    },
+    [self](passive_atom, std::int32_t seq, bool ok, std::int64_t wake_at,
+           std::uint64_t seen) {
+      self->state.on_passive(seq, ok, wake_at, seen);
+    },
+    [self](cancel_atom) { self->state.on_cancel(); },
     [self](ended_atom, std::int32_t ack) { self->state.on_ended(ack); },
   };
 }

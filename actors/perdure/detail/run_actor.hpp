@@ -1,7 +1,10 @@
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <vector>
 
+#include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 
 #include "perdure/persistence/records.hpp"
@@ -9,6 +12,17 @@
 namespace perdure::detail {
 
 class runtime_impl;
+
+/// Tells a run actor that its timer for operation `seq` is due, or (`seq`
+/// -1) that something was delivered to it.
+using wake_atom = caf::atom_constant<caf::atom("wake")>;
+
+/// Tells a run actor that its run was cancelled in the store.
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+
+/// The wake-up time of a run passivated until a delivery (no timer).
+constexpr std::int64_t passivated_forever
+  = std::numeric_limits<std::int64_t>::max();
 
 /// Spawns the actor that owns `run`: it (re)starts the workflow coroutine,
 /// feeding it the recorded outcomes in `journal` first, performs its durable

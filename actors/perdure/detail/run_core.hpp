@@ -38,6 +38,8 @@ struct operation {
   step_body body;
   transaction_body tx_body;
   retry_policy policy;
+  /// A sleep's wake-up time (ms since the epoch), fixed when first run.
+  std::int64_t due_ms = 0;
 };
 
 /// The run as seen by workflow code. Implemented by the run actor's state;
@@ -62,8 +64,17 @@ public:
   bool replaying(std::int32_t seq, persistence::entry_kind kind,
                  const std::string& name);
 
-  /// Performs `op` and resumes `h` once its outcome is durable.
+  /// Performs `op` and resumes `h` once its outcome is durable (for a
+  /// sleep: once it is due; for an await: once it was delivered).
   virtual void perform(operation op, std::coroutine_handle<> h) = 0;
+
+  /// Returns the runtime clock's time, in ms since the epoch.
+  virtual std::int64_t now_ms() const = 0;
+
+  /// Returns the recorded entry of `seq` (which `replaying` found).
+  const persistence::journal_entry& recorded(std::int32_t seq) const {
+    return recorded_.at(seq);
+  }
 
   /// Removes and returns the recorded outcome of `seq`.
   persistence::journal_entry take(std::int32_t seq);

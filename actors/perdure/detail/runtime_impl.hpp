@@ -14,6 +14,7 @@
 
 #include "perdure/config.hpp"
 #include "perdure/detail/step_executor.hpp"
+#include "perdure/detail/timer_service.hpp"
 #include "perdure/detail/store_pool.hpp"
 #include "perdure/detail/workflow_entry.hpp"
 #include "perdure/error.hpp"
@@ -40,6 +41,9 @@ public:
   std::unique_ptr<store_pool> tx_stores;
   std::unique_ptr<caf::actor_system_config> system_cfg;
   std::unique_ptr<caf::actor_system> system;
+  /// The time source of durable timers (never null once constructed).
+  std::shared_ptr<perdure::clock> clock;
+  std::unique_ptr<timer_service> timers;
 
   /// Returns whether `start()` ran and `stop()` did not.
   bool running() const;
@@ -76,6 +80,25 @@ public:
   /// Returns whether run `id` has an actor in this process.
   bool is_active(const std::string& id) const;
 
+  /// Something was delivered to run `id` (an awakeable resolved; `seq` -1)
+  /// or its timer for operation `seq` is due: tells its actor, or brings a
+  /// passivated run of this executor back.
+  void wake(const std::string& id, std::int32_t seq);
+
+  /// Run `id` was cancelled in the store: stops its actor, if any.
+  void cancelled(const std::string& id);
+
+  /// Returns how often run `id` was woken (see `finish_passivation`).
+  std::uint64_t wake_count(const std::string& id) const;
+
+  /// Drops the actor of run `id` from the active runs unless it was woken
+  /// since `seen` wake-ups; returns whether it was dropped.
+  bool finish_passivation(const std::string& id, std::uint64_t seen);
+
+  /// Loads run `id` and its journal and spawns its actor, if it is still
+  /// PENDING here and not running (on the step executor: it blocks).
+  void revive(const std::string& id);
+
   /// Spawns the actor of `run`, replaying `journal`.
   void spawn_run(persistence::run_record run,
                  std::vector<persistence::journal_entry> journal);
@@ -107,7 +130,11 @@ private:
   std::unique_ptr<persistence::store> control_;
 
   mutable std::mutex active_mtx_;
-  std::unordered_map<std::string, caf::actor> active_;
+  struct active_run {
+    caf::actor actor;
+    std::uint64_t wakes = 0;
+  };
+  std::unordered_map<std::string, active_run> active_;
   bool running_ = false;
   std::size_t client_calls_ = 0;
   std::condition_variable clients_done_;

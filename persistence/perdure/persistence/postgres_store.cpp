@@ -90,7 +90,7 @@ std::optional<std::string> opt_text(const pqxx::field& f) {
 
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
-    "recovery_attempts, app_version, created_at, updated_at";
+    "recovery_attempts, app_version, created_at, updated_at, wake_at";
 
 /// Reads the run columns starting at column `first`.
 run_record read_run(const pqxx::row& all, int first = 0) {
@@ -112,6 +112,8 @@ run_record read_run(const pqxx::row& all, int first = 0) {
   r.app_version = row(9).as<std::string>();
   r.created_at_ms = row(10).as<std::int64_t>();
   r.updated_at_ms = row(11).as<std::int64_t>();
+  if (!row(12).is_null())
+    r.wake_at_ms = row(12).as<std::int64_t>();
   return r;
 }
 
@@ -188,6 +190,36 @@ void postgres_store::connect() {
                  "$6::bigint[], $7::text[], $8::bigint[]) AS i(id, name, status, "
                  "inputs, executor, epoch, app_version, created_at) ON CONFLICT "
                  "(id) DO NOTHING RETURNING id");
+  c->prepare("set_wake_at",
+             "UPDATE " + s
+               + "runs SET wake_at = $4 WHERE id = $1 AND executor = $2 AND "
+                 "epoch = $3 AND status = 'PENDING'");
+  c->prepare("cancel_run",
+             "WITH RECURSIVE tree(id) AS (SELECT id FROM " + s
+               + "runs WHERE id = $1 AND status = 'PENDING' UNION SELECT r.id "
+                 "FROM "
+               + s
+               + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
+                 "'PENDING') UPDATE "
+               + s
+               + "runs SET status = 'CANCELLED', error = 'cancelled', "
+                 "wake_at = NULL, updated_at = $2 WHERE id IN (SELECT id FROM "
+                 "tree) AND status = 'PENDING' RETURNING id");
+  c->prepare("awakeable_exists",
+             "SELECT 1 FROM " + s
+               + "journal WHERE run_id = $1 AND seq = $2 AND kind = "
+                 "'awakeable' AND name = $3");
+  c->prepare("insert_resolution",
+             "INSERT INTO " + s
+               + "resolutions (id, run_id, seq, outcome, payload, error, "
+                 "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT "
+                 "(id) DO NOTHING");
+  c->prepare("wake_run",
+             "UPDATE " + s + "runs SET wake_at = NULL WHERE id = $1");
+  c->prepare("get_resolution",
+             "SELECT id, run_id, seq, outcome, payload, error, created_at "
+             "FROM "
+               + s + "resolutions WHERE id = $1");
   c->prepare("claim_runs",
              "UPDATE " + s
                + "runs SET epoch = epoch + 1, recovery_attempts = "
@@ -345,6 +377,68 @@ postgres_store::create_runs(const std::vector<run_record>& runs) {
     for (auto& run : runs)
       created.push_back(inserted.erase(run.id) > 0);
     return created;
+  });
+}
+
+bool postgres_store::set_wake_at(const fence& owner, std::string_view run_id,
+                                 std::optional<std::int64_t> wake_at_ms) {
+  return with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    auto id = std::string{run_id};
+    auto res = wake_at_ms ? w.exec_prepared("set_wake_at", id, owner.executor,
+                                            owner.epoch, *wake_at_ms)
+                          : w.exec_prepared("set_wake_at", id, owner.executor,
+                                            owner.epoch, nullptr);
+    return res.affected_rows() == 1;
+  });
+}
+
+std::vector<std::string> postgres_store::cancel_run(std::string_view run_id,
+                                                    std::int64_t at_ms) {
+  return with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    std::vector<std::string> ids;
+    for (const auto& row :
+         w.exec_prepared("cancel_run", std::string{run_id}, at_ms))
+      ids.push_back(row[0].as<std::string>());
+    return ids;
+  });
+}
+
+resolve_result postgres_store::resolve(const resolution& r) {
+  return with_retry([&] {
+    pqxx::work w{*conn_};
+    if (w.exec_prepared("awakeable_exists", r.run_id, r.seq, r.id).empty())
+      return resolve_result::unknown_id;
+    auto ins = w.exec_prepared(
+      "insert_resolution", r.id, r.run_id, r.seq, static_cast<int>(r.result),
+      pqxx::binarystring{r.payload.data(), r.payload.size()}, r.error,
+      r.at_ms);
+    if (ins.affected_rows() == 0)
+      return resolve_result::already_resolved; // rolls back (nothing done)
+    w.exec_prepared("wake_run", r.run_id);
+    w.commit();
+    return resolve_result::resolved;
+  });
+}
+
+std::optional<resolution>
+postgres_store::get_resolution(std::string_view id) {
+  return with_retry([&]() -> std::optional<resolution> {
+    pqxx::read_transaction t{*conn_};
+    auto res = t.exec_prepared("get_resolution", std::string{id});
+    if (res.empty())
+      return std::nullopt;
+    auto row = res[0];
+    resolution r;
+    r.id = row[0].as<std::string>();
+    r.run_id = row[1].as<std::string>();
+    r.seq = row[2].as<std::int32_t>();
+    r.result = static_cast<outcome>(row[3].as<int>());
+    r.payload = row[4].is_null() ? std::string{} : bytes(row[4]);
+    r.error = row[5].is_null() ? std::string{} : row[5].as<std::string>();
+    r.at_ms = row[6].as<std::int64_t>();
+    return r;
   });
 }
 

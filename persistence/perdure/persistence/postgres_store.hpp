@@ -29,6 +29,12 @@ public:
   int schema_version() override;
   create_result create_run(const run_record& run) override;
   std::vector<bool> create_runs(const std::vector<run_record>& runs) override;
+  bool set_wake_at(const fence& owner, std::string_view run_id,
+                   std::optional<std::int64_t> wake_at_ms) override;
+  std::vector<std::string> cancel_run(std::string_view run_id,
+                                      std::int64_t at_ms) override;
+  resolve_result resolve(const resolution& r) override;
+  std::optional<resolution> get_resolution(std::string_view id) override;
   std::optional<run_record> get_run(std::string_view id) override;
   std::vector<run_record> claim_pending_runs(std::string_view executor) override;
   std::vector<journal_entry>

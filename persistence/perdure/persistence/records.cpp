@@ -6,6 +6,9 @@ const char* to_string(entry_kind x) noexcept {
   switch (x) {
     case entry_kind::step: return "step";
     case entry_kind::transaction: return "transaction";
+    case entry_kind::sleep: return "sleep";
+    case entry_kind::awakeable: return "awakeable";
+    case entry_kind::await: return "await";
   }
   return "unknown";
 }
@@ -15,6 +18,12 @@ std::optional<entry_kind> parse_entry_kind(const std::string& str) noexcept {
     return entry_kind::step;
   if (str == "transaction")
     return entry_kind::transaction;
+  if (str == "sleep")
+    return entry_kind::sleep;
+  if (str == "awakeable")
+    return entry_kind::awakeable;
+  if (str == "await")
+    return entry_kind::await;
   return std::nullopt;
 }
 

@@ -35,6 +35,9 @@ struct run_record {
   std::string app_version;
   std::int64_t created_at_ms = 0;
   std::int64_t updated_at_ms = 0;
+  /// Set while the run is passivated: nothing needs it in memory before
+  /// this time (its timer) unless something is delivered to it.
+  std::optional<std::int64_t> wake_at_ms;
 };
 
 /// What kind of durable operation a journal entry records. Replay compares
@@ -42,6 +45,12 @@ struct run_record {
 enum class entry_kind : std::uint8_t {
   step,
   transaction,
+  /// A durable sleep; the payload is the wake-up time (ms since the epoch).
+  sleep,
+  /// An awakeable's creation; the name is its id.
+  awakeable,
+  /// The outcome an awaited awakeable delivered.
+  await,
 };
 
 /// Returns the stored spelling of `x`.
@@ -104,6 +113,27 @@ struct write_batch {
 struct batch_result {
   std::vector<bool> appends;
   std::vector<bool> completions;
+};
+
+/// The outcome of an awakeable, delivered from outside the run.
+struct resolution {
+  std::string id;
+  std::string run_id;
+  std::int32_t seq = 0;
+  outcome result = outcome::value;
+  std::string payload;
+  std::string error;
+  std::int64_t at_ms = 0;
+};
+
+/// What `store::resolve` did.
+enum class resolve_result : std::uint8_t {
+  /// Stored; the run may now be woken.
+  resolved,
+  /// No awakeable with this id exists.
+  unknown_id,
+  /// It was resolved or rejected before; the first outcome stays.
+  already_resolved,
 };
 
 /// What `store::create_run` found.

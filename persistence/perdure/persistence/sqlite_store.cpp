@@ -232,7 +232,7 @@ private:
 
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
-    "recovery_attempts, app_version, created_at, updated_at";
+    "recovery_attempts, app_version, created_at, updated_at, wake_at";
 
 template <class Statement>
 run_record read_run(Statement& st) {
@@ -253,6 +253,8 @@ run_record read_run(Statement& st) {
   r.app_version = st.text(9);
   r.created_at_ms = st.int64(10);
   r.updated_at_ms = st.int64(11);
+  if (!st.is_null(12))
+    r.wake_at_ms = st.int64(12);
   return r;
 }
 
@@ -416,6 +418,88 @@ std::vector<bool> sqlite_store::create_runs(const std::vector<run_record>& runs)
       created.push_back(sqlite3_changes(db_) == 1);
     }
     return created;
+  });
+}
+
+bool sqlite_store::set_wake_at(const fence& owner, std::string_view run_id,
+                               std::optional<std::int64_t> wake_at_ms) {
+  return with_retry([&] {
+    auto& st = prepare("UPDATE runs SET wake_at = ?4 WHERE id = ?1 AND "
+                       "executor = ?2 AND epoch = ?3 AND status = 'PENDING'");
+    st.bind(1, run_id).bind(2, owner.executor).bind(3, owner.epoch);
+    if (wake_at_ms)
+      st.bind(4, *wake_at_ms);
+    else
+      st.bind_null(4);
+    st.run();
+    return sqlite3_changes(db_) == 1;
+  });
+}
+
+std::vector<std::string> sqlite_store::cancel_run(std::string_view run_id,
+                                                  std::int64_t at_ms) {
+  return in_transaction([&] {
+    auto& st = prepare(
+      "WITH RECURSIVE tree(id) AS (SELECT id FROM runs WHERE id = ?1 AND "
+      "status = 'PENDING' UNION SELECT r.id FROM runs r JOIN tree t ON "
+      "r.parent_id = t.id WHERE r.status = 'PENDING') UPDATE runs SET status "
+      "= 'CANCELLED', error = 'cancelled', wake_at = NULL, updated_at = ?2 "
+      "WHERE id IN (SELECT id FROM tree) AND status = 'PENDING' RETURNING id");
+    st.bind(1, run_id).bind(2, at_ms);
+    std::vector<std::string> ids;
+    while (st.step())
+      ids.push_back(st.text(0));
+    st.reset();
+    return ids;
+  });
+}
+
+resolve_result sqlite_store::resolve(const resolution& r) {
+  return in_transaction([&] {
+    auto& exists = prepare("SELECT 1 FROM journal WHERE run_id = ?1 AND seq = "
+                           "?2 AND kind = 'awakeable' AND name = ?3");
+    exists.bind(1, r.run_id).bind(2, std::int64_t{r.seq}).bind(3, r.id);
+    auto found = exists.step();
+    exists.reset();
+    if (!found)
+      return resolve_result::unknown_id;
+    prepare("INSERT INTO resolutions (id, run_id, seq, outcome, payload, "
+            "error, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON "
+            "CONFLICT (id) DO NOTHING")
+      .bind(1, r.id)
+      .bind(2, r.run_id)
+      .bind(3, std::int64_t{r.seq})
+      .bind(4, static_cast<std::int64_t>(r.result))
+      .bind_blob(5, r.payload)
+      .bind(6, r.error)
+      .bind(7, r.at_ms)
+      .run();
+    if (sqlite3_changes(db_) == 0)
+      return resolve_result::already_resolved;
+    prepare("UPDATE runs SET wake_at = NULL WHERE id = ?1")
+      .bind(1, r.run_id)
+      .run();
+    return resolve_result::resolved;
+  });
+}
+
+std::optional<resolution> sqlite_store::get_resolution(std::string_view id) {
+  return with_retry([&]() -> std::optional<resolution> {
+    auto& st = prepare("SELECT id, run_id, seq, outcome, payload, error, "
+                       "created_at FROM resolutions WHERE id = ?1");
+    st.bind(1, id);
+    if (!st.step())
+      return std::nullopt;
+    resolution r;
+    r.id = st.text(0);
+    r.run_id = st.text(1);
+    r.seq = static_cast<std::int32_t>(st.int64(2));
+    r.result = static_cast<outcome>(st.int64(3));
+    r.payload = st.text(4);
+    r.error = st.opt_text(5).value_or(std::string{});
+    r.at_ms = st.int64(6);
+    st.reset();
+    return r;
   });
 }
 

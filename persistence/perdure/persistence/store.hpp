@@ -71,6 +71,29 @@ public:
   virtual std::vector<run_record> claim_pending_runs(std::string_view executor)
     = 0;
 
+  /// Records that run `run_id`, owned by `owner`, is out of memory until
+  /// `wake_at_ms` (or clears it with nullopt). Returns false if fenced.
+  virtual bool set_wake_at(const fence& owner, std::string_view run_id,
+                           std::optional<std::int64_t> wake_at_ms)
+    = 0;
+
+  /// Ends a PENDING run as CANCELLED (no fence: cancellation comes from
+  /// anywhere), and its PENDING descendants. Returns the ids cancelled,
+  /// empty if `run_id` was not PENDING.
+  virtual std::vector<std::string> cancel_run(std::string_view run_id,
+                                              std::int64_t at_ms)
+    = 0;
+
+  // -- awakeables ---------------------------------------------------------------
+
+  /// Stores the outcome of awakeable `r.id` (created by journal entry
+  /// `r.run_id`/`r.seq`, kind `awakeable`) and clears the run's wake-up
+  /// time so that recovery brings it back. The first outcome stays.
+  virtual resolve_result resolve(const resolution& r) = 0;
+
+  /// Returns the stored outcome of awakeable `id`, if any.
+  virtual std::optional<resolution> get_resolution(std::string_view id) = 0;
+
   // -- journal ----------------------------------------------------------------
 
   /// Returns the journal of every run in `run_ids`, ordered by run and seq.

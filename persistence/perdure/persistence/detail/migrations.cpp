@@ -34,6 +34,22 @@ std::vector<migration> sqlite_migrations() {
        " created_at INTEGER NOT NULL,"
        " PRIMARY KEY (run_id, seq)) WITHOUT ROWID",
      }},
+    {2,
+     "durable waits: wake-up times, parents, awakeable outcomes",
+     {
+       "ALTER TABLE runs ADD COLUMN wake_at INTEGER",
+       "ALTER TABLE runs ADD COLUMN parent_id TEXT",
+       "CREATE INDEX runs_parent ON runs (parent_id) WHERE parent_id IS NOT "
+       "NULL",
+       "CREATE TABLE resolutions ("
+       " id TEXT PRIMARY KEY,"
+       " run_id TEXT NOT NULL,"
+       " seq INTEGER NOT NULL,"
+       " outcome INTEGER NOT NULL,"
+       " payload BLOB,"
+       " error TEXT,"
+       " created_at INTEGER NOT NULL) WITHOUT ROWID",
+     }},
   };
 }
 
@@ -68,6 +84,22 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        " error TEXT,"
        " created_at BIGINT NOT NULL,"
        " PRIMARY KEY (run_id, seq))",
+     }},
+    {2,
+     "durable waits: wake-up times, parents, awakeable outcomes",
+     {
+       "ALTER TABLE " + s + "runs ADD COLUMN wake_at BIGINT",
+       "ALTER TABLE " + s + "runs ADD COLUMN parent_id TEXT",
+       "CREATE INDEX runs_parent ON " + s
+         + "runs (parent_id) WHERE parent_id IS NOT NULL",
+       "CREATE TABLE " + s + "resolutions ("
+       " id TEXT PRIMARY KEY,"
+       " run_id TEXT NOT NULL,"
+       " seq INT NOT NULL,"
+       " outcome SMALLINT NOT NULL,"
+       " payload BYTEA,"
+       " error TEXT,"
+       " created_at BIGINT NOT NULL)",
      }},
   };
 }
