@@ -1,0 +1,442 @@
+// Durable sleeps, passivation, awakeables and cancellation, on the store
+// under test. Time is a manual clock (perdure::testing) except where a real
+// process is killed, which cannot share one.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "perdure/perdure.hpp"
+#include "perdure/persistence/store.hpp"
+#include "perdure/testing/manual_clock.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+class timers_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+    store_ = persistence::open_store(db_.store_options());
+    store_->migrate();
+  }
+
+  config cfg(std::string executor = "local") {
+    auto c = db_.runtime_config(std::move(executor));
+    c.step_threads = 4;
+    c.clock = clock_;
+    return c;
+  }
+
+  /// Waits (really) until `pred()` holds; false after `limit`.
+  template <class P>
+  static bool eventually(P pred, std::chrono::milliseconds limit = 10s) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred())
+        return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return pred();
+  }
+
+  /// Returns whether run `id` has a journal entry of kind `k`.
+  bool has_entry(const std::string& id, persistence::entry_kind k) {
+    for (auto& e : store_->load_journals({id}))
+      if (e.kind == k)
+        return true;
+    return false;
+  }
+
+  /// Returns whether run `id` is passivated (has a wake-up time).
+  bool passivated(const std::string& id) {
+    auto r = store_->get_run(id);
+    return r && r->wake_at_ms.has_value();
+  }
+
+  std::shared_ptr<perdure::testing::manual_clock> clock_
+    = std::make_shared<perdure::testing::manual_clock>();
+  test::database db_;
+  std::unique_ptr<persistence::store> store_;
+};
+
+/// A workflow that steps, sleeps an hour, and steps again, counting runs.
+struct napper {
+  std::atomic<int> before{0}, after{0};
+
+  void define(runtime& rt) {
+    rt.register_workflow("nap", [this](workflow_context& ctx) -> task<int> {
+      co_await ctx.step("before", [this] { return ++before; });
+      co_await ctx.sleep(1h);
+      co_return co_await ctx.step("after", [this] { return ++after; });
+    });
+  }
+};
+
+/// An id an awakeable-using workflow publishes for the test to resolve.
+struct mailbox {
+  std::mutex mtx;
+  std::string id;
+
+  void put(const std::string& x) {
+    std::lock_guard guard{mtx};
+    id = x;
+  }
+
+  std::string get() {
+    std::lock_guard guard{mtx};
+    return id;
+  }
+};
+
+} // namespace
+
+// -- sleeping ---------------------------------------------------------------------
+
+TEST_F(timers_test, a_sleep_wakes_when_the_clock_reaches_it_and_not_before) {
+  napper n;
+  runtime rt{cfg()};
+  n.define(rt);
+  rt.start();
+  auto h = rt.start_workflow<int>("nap", {.id = "n"});
+  ASSERT_TRUE(eventually([&] { return has_entry("n", persistence::entry_kind::sleep); }));
+  clock_->advance(59min);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(n.after.load(), 0) << "woke before the hour was up";
+  EXPECT_EQ(h.status(), run_status::pending);
+  clock_->advance(2min);
+  EXPECT_EQ(h.get(10s), 1);
+  EXPECT_EQ(n.before.load(), 1);
+}
+
+TEST_F(timers_test, after_a_restart_a_run_sleeps_only_the_remainder) {
+  napper n;
+  {
+    runtime rt{cfg()};
+    n.define(rt);
+    rt.start();
+    rt.start_workflow<int>("nap", {.id = "n"});
+    ASSERT_TRUE(eventually([&] { return has_entry("n", persistence::entry_kind::sleep); }));
+  }
+  clock_->advance(40min);
+  runtime rt{cfg()};
+  n.define(rt);
+  rt.start();
+  auto h = rt.retrieve_workflow<int>("n");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(h.status(), run_status::pending);
+  clock_->advance(21min); // 61 minutes after the sleep began
+  EXPECT_EQ(h.get(10s), 1);
+  EXPECT_EQ(n.before.load(), 1) << "the step before the sleep ran again";
+}
+
+TEST_F(timers_test, a_sleep_already_due_after_a_restart_does_not_wait) {
+  napper n;
+  {
+    runtime rt{cfg()};
+    n.define(rt);
+    rt.start();
+    rt.start_workflow<int>("nap", {.id = "n"});
+    ASSERT_TRUE(eventually([&] { return has_entry("n", persistence::entry_kind::sleep); }));
+  }
+  clock_->advance(2h);
+  runtime rt{cfg()};
+  n.define(rt);
+  rt.start();
+  EXPECT_EQ(rt.retrieve_workflow<int>("n").get(10s), 1);
+}
+
+TEST_F(timers_test, a_long_sleep_passivates_and_its_timer_brings_the_run_back) {
+  napper n;
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  runtime rt{c};
+  n.define(rt);
+  rt.start();
+  auto h = rt.start_workflow<int>("nap", {.id = "n"});
+  ASSERT_TRUE(eventually([&] { return passivated("n"); }));
+  clock_->advance(61min);
+  EXPECT_EQ(h.get(10s), 1);
+  EXPECT_EQ(n.before.load(), 1) << "replay after passivation re-ran a step";
+}
+
+TEST_F(timers_test, a_passivated_run_stays_out_of_memory_across_a_restart) {
+  napper n;
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  {
+    runtime rt{c};
+    n.define(rt);
+    rt.start();
+    rt.start_workflow<int>("nap", {.id = "n"});
+    ASSERT_TRUE(eventually([&] { return passivated("n"); }));
+  }
+  runtime rt{c};
+  n.define(rt);
+  rt.start();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(rt.retrieve_workflow<int>("n").status(), run_status::pending);
+  clock_->advance(61min);
+  EXPECT_EQ(rt.retrieve_workflow<int>("n").get(10s), 1);
+  EXPECT_EQ(n.before.load(), 1);
+}
+
+// A real process is SIGKILLed while sleeping (real clock): the restarted
+// runtime wakes the run when the recorded time comes, not a full sleep later.
+TEST_F(timers_test, a_process_killed_while_sleeping_wakes_at_the_recorded_time) {
+  auto pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto c = db_.runtime_config();
+    runtime rt{c};
+    rt.register_workflow("nap", [](workflow_context& ctx) -> task<int> {
+      co_await ctx.sleep(3s);
+      co_return 7;
+    });
+    rt.start();
+    rt.start_workflow<int>("nap", {.id = "k"});
+    pause();
+    _exit(0);
+  }
+  auto sleep_recorded = eventually([&] { return has_entry("k", persistence::entry_kind::sleep); });
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(sleep_recorded);
+  auto journal = store_->load_journals({"k"});
+  auto due = std::chrono::system_clock::time_point{
+    std::chrono::milliseconds{std::stoll(journal.at(0).payload)}};
+  std::this_thread::sleep_for(1s);
+  auto c = db_.runtime_config();
+  runtime rt{c};
+  rt.register_workflow("nap", [](workflow_context& ctx) -> task<int> {
+    co_await ctx.sleep(3s);
+    co_return 7;
+  });
+  auto restarted = std::chrono::system_clock::now();
+  rt.start();
+  EXPECT_EQ(rt.retrieve_workflow<int>("k").get(10s), 7);
+  auto woke = std::chrono::system_clock::now();
+  EXPECT_GE(woke, due) << "woke before the recorded time";
+  EXPECT_LT(woke - restarted, 2800ms) << "slept the whole duration again";
+}
+
+// -- awakeables ---------------------------------------------------------------------
+
+class awakeable_test : public timers_test {
+protected:
+  /// Defines "approve": creates an awakeable, publishes its id in a step,
+  /// optionally blocks in a second step until `gate`, then awaits it.
+  void define(runtime& rt, mailbox& box, std::atomic<bool>* gate = nullptr) {
+    rt.register_workflow("approve", [&box, gate](workflow_context& ctx) -> task<std::string> {
+      auto a = co_await ctx.awakeable<int>();
+      co_await ctx.step("publish", [&] { box.put(a.id()); });
+      if (gate)
+        co_await ctx.step("hold", [gate] {
+          while (!gate->load())
+            std::this_thread::sleep_for(1ms);
+        });
+      try {
+        auto v = co_await a;
+        co_return "approved " + std::to_string(v);
+      } catch (const terminal_error& ex) {
+        co_return std::string{"rejected: "} + ex.what();
+      }
+    });
+  }
+};
+
+TEST_F(awakeable_test, a_resolution_is_delivered_to_the_waiting_run) {
+  mailbox box;
+  runtime rt{cfg()};
+  define(rt, box);
+  rt.start();
+  auto h = rt.start_workflow<std::string>("approve", {.id = "a"});
+  ASSERT_TRUE(eventually([&] { return !box.get().empty(); }));
+  std::this_thread::sleep_for(20ms);
+  rt.resolve_awakeable(box.get(), 42);
+  EXPECT_EQ(h.get(10s), "approved 42");
+}
+
+TEST_F(awakeable_test, a_resolution_before_the_await_is_not_lost) {
+  mailbox box;
+  std::atomic<bool> gate{false};
+  runtime rt{cfg()};
+  define(rt, box, &gate);
+  rt.start();
+  auto h = rt.start_workflow<std::string>("approve", {.id = "a"});
+  ASSERT_TRUE(eventually([&] { return !box.get().empty(); }));
+  rt.resolve_awakeable(box.get(), 7); // the run is still in "hold"
+  gate = true;
+  EXPECT_EQ(h.get(10s), "approved 7");
+}
+
+TEST_F(awakeable_test, a_rejection_reaches_the_code_as_a_terminal_error) {
+  mailbox box;
+  runtime rt{cfg()};
+  define(rt, box);
+  rt.start();
+  auto h = rt.start_workflow<std::string>("approve", {.id = "a"});
+  ASSERT_TRUE(eventually([&] { return !box.get().empty(); }));
+  rt.reject_awakeable(box.get(), "card declined");
+  EXPECT_EQ(h.get(10s), "rejected: card declined");
+}
+
+TEST_F(awakeable_test, resolving_twice_is_an_error_and_the_first_value_stays) {
+  mailbox box;
+  std::atomic<bool> gate{false};
+  runtime rt{cfg()};
+  define(rt, box, &gate);
+  rt.start();
+  auto h = rt.start_workflow<std::string>("approve", {.id = "a"});
+  ASSERT_TRUE(eventually([&] { return !box.get().empty(); }));
+  rt.resolve_awakeable(box.get(), 1);
+  try {
+    rt.resolve_awakeable(box.get(), 2);
+    FAIL() << "a second resolution was accepted";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::already_resolved);
+  }
+  EXPECT_THROW(rt.reject_awakeable(box.get(), "late"), error);
+  gate = true;
+  EXPECT_EQ(h.get(10s), "approved 1");
+}
+
+TEST_F(awakeable_test, unknown_or_malformed_ids_are_clear_errors) {
+  mailbox box;
+  runtime rt{cfg()};
+  define(rt, box);
+  rt.start();
+  auto h = rt.start_workflow<std::string>("approve", {.id = "a"});
+  ASSERT_TRUE(eventually([&] { return !box.get().empty(); }));
+  auto real = box.get();
+  for (std::string bad :
+       {std::string{""}, std::string{"nope"}, std::string{"awk_"},
+        std::string{"awk_x_a"}, std::string{"awk_0_"}, std::string{"awk_99_a"},
+        std::string{"awk_1_a"}, // index 1 is the "publish" step, not one
+        std::string{"awk_0_nosuchrun"}, std::string{"awk_0_a'); DROP TABLE runs; --"},
+        std::string{"awk_99999999999999999999_a"}, real + "x"}) {
+    try {
+      rt.resolve_awakeable(bad, 1);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const error& ex) {
+      EXPECT_EQ(ex.code(), errc::not_found) << bad;
+    }
+  }
+  rt.resolve_awakeable(real, 5); // the real one still works
+  EXPECT_EQ(h.get(10s), "approved 5");
+}
+
+TEST_F(awakeable_test, a_passivated_waiting_run_is_brought_back_by_its_resolution) {
+  mailbox box;
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  runtime rt{c};
+  define(rt, box);
+  rt.start();
+  auto h = rt.start_workflow<std::string>("approve", {.id = "a"});
+  // Waiting longer than passivate_after is measured on the run's clock.
+  ASSERT_TRUE(eventually([&] {
+    clock_->advance(1s);
+    return passivated("a");
+  }));
+  rt.resolve_awakeable(box.get(), 9);
+  EXPECT_EQ(h.get(10s), "approved 9");
+  EXPECT_FALSE(passivated("a"));
+}
+
+TEST_F(awakeable_test, a_resolution_from_another_process_survives_the_owners_restart) {
+  mailbox box;
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  {
+    runtime rt{c};
+    define(rt, box);
+    rt.start();
+    rt.start_workflow<std::string>("approve", {.id = "a"});
+    ASSERT_TRUE(eventually([&] {
+      clock_->advance(1s);
+      return passivated("a");
+    }));
+  }
+  {
+    // Another process (executor) sharing the database resolves it while the
+    // owner is down.
+    runtime other{cfg("other")};
+    other.start();
+    other.resolve_awakeable(box.get(), 3);
+  }
+  runtime rt{c};
+  define(rt, box);
+  rt.start();
+  EXPECT_EQ(rt.retrieve_workflow<std::string>("a").get(10s), "approved 3");
+}
+
+// -- cancellation -----------------------------------------------------------------
+
+TEST_F(timers_test, cancelling_a_sleeping_run_ends_it_promptly) {
+  napper n;
+  runtime rt{cfg()};
+  n.define(rt);
+  rt.start();
+  auto h = rt.start_workflow<int>("nap", {.id = "n"});
+  ASSERT_TRUE(eventually([&] { return has_entry("n", persistence::entry_kind::sleep); }));
+  auto t0 = std::chrono::steady_clock::now();
+  h.cancel();
+  try {
+    h.get(5s);
+    FAIL() << "a cancelled run returned a result";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::workflow_cancelled);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_EQ(h.status(), run_status::cancelled);
+  clock_->advance(2h);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(n.after.load(), 0) << "a cancelled run went on after its sleep";
+}
+
+TEST_F(timers_test, cancelling_a_passivated_run_and_unknown_or_ended_runs) {
+  napper n;
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  runtime rt{c};
+  n.define(rt);
+  rt.start();
+  auto h = rt.start_workflow<int>("nap", {.id = "n"});
+  ASSERT_TRUE(eventually([&] { return passivated("n"); }));
+  rt.cancel("n");
+  EXPECT_THROW(h.get(5s), error);
+  EXPECT_EQ(h.status(), run_status::cancelled);
+  clock_->advance(2h);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(n.after.load(), 0);
+  EXPECT_EQ(h.status(), run_status::cancelled);
+  try {
+    rt.cancel("no-such-run");
+    FAIL() << "cancelling an unknown run succeeded";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::not_found);
+  }
+}
+
+TEST_F(timers_test, cancelling_an_ended_run_changes_nothing) {
+  runtime rt{cfg()};
+  rt.register_workflow("quick", [](workflow_context&) -> task<int> { co_return 1; });
+  rt.start();
+  auto h = rt.start_workflow<int>("quick", {.id = "q"});
+  EXPECT_EQ(h.get(10s), 1);
+  h.cancel();
+  EXPECT_EQ(h.status(), run_status::success);
+  EXPECT_EQ(h.get(1s), 1);
+}
