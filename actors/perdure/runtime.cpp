@@ -8,7 +8,9 @@
 
 #include <future>
 #include <random>
+#include <thread>
 
+#include "perdure/detail/awaiters.hpp"
 #include "perdure/detail/clock.hpp"
 #include "perdure/detail/run_actor.hpp"
 #include "perdure/detail/runtime_impl.hpp"
@@ -530,13 +532,46 @@ void runtime::cancel(const std::string& id) {
   detail::cancel_run(*impl_, id);
 }
 
+namespace {
+
+/// Throws `payload_too_large` if `bytes` exceed the configured limit.
+void check_payload(const config& cfg, const std::string& bytes,
+                   const char* what) {
+  if (bytes.size() > cfg.max_payload_bytes)
+    throw error(errc::payload_too_large,
+                std::string{what} + " of " + std::to_string(bytes.size())
+                  + " bytes exceeds the limit of "
+                  + std::to_string(cfg.max_payload_bytes));
+}
+
+/// Stores `r` and wakes its run; throws for unknown or repeated ones.
+void store_resolution(detail::runtime_impl& rt, persistence::resolution& r,
+                      bool ok, std::string bytes, const std::string& what) {
+  r.result = ok ? persistence::outcome::value : persistence::outcome::terminal;
+  if (ok)
+    r.payload = std::move(bytes);
+  else
+    r.error = persistence::valid_text(bytes);
+  r.at_ms = rt.clock->now_ms();
+  auto result = rt.tx_stores->with(
+    [&](persistence::store& db) { return db.resolve(r); });
+  switch (result) {
+    case persistence::resolve_result::unknown_id:
+      throw error(errc::not_found, "no " + what);
+    case persistence::resolve_result::already_resolved:
+      throw error(errc::already_resolved,
+                  what + " was already resolved or rejected");
+    case persistence::resolve_result::resolved:
+      rt.wake(r.run_id, -1);
+      return;
+  }
+}
+
+} // namespace
+
 void runtime::resolve(const std::string& id, bool ok, std::string bytes) {
   detail::runtime_impl::client_call call{*impl_};
-  if (bytes.size() > impl_->cfg.max_payload_bytes)
-    throw error(errc::payload_too_large,
-                "awakeable value of " + std::to_string(bytes.size())
-                  + " bytes exceeds the limit of "
-                  + std::to_string(impl_->cfg.max_payload_bytes));
+  check_payload(impl_->cfg, bytes, "awakeable value");
   // awk_<seq>_<run id>: the journal entry that created it.
   auto unknown = [&] {
     return error(errc::not_found, "no awakeable with id '"
@@ -554,23 +589,62 @@ void runtime::resolve(const std::string& id, bool ok, std::string bytes) {
   r.run_id = id.substr(sep + 1);
   if (!persistence::is_valid_name(r.run_id))
     throw unknown();
-  r.result = ok ? persistence::outcome::value : persistence::outcome::terminal;
-  if (ok)
-    r.payload = std::move(bytes);
-  else
-    r.error = persistence::valid_text(bytes);
-  r.at_ms = impl_->clock->now_ms();
-  auto result = impl_->tx_stores->with(
-    [&](persistence::store& db) { return db.resolve(r); });
-  switch (result) {
-    case persistence::resolve_result::unknown_id:
-      throw unknown();
-    case persistence::resolve_result::already_resolved:
-      throw error(errc::already_resolved,
-                  "awakeable '" + id + "' was already resolved or rejected");
-    case persistence::resolve_result::resolved:
-      impl_->wake(r.run_id, -1);
-      return;
+  store_resolution(*impl_, r, ok, std::move(bytes),
+                   "awakeable with id '" + persistence::valid_text(id) + "'");
+}
+
+void runtime::complete_promise(const std::string& workflow_id,
+                               const std::string& name, bool ok,
+                               std::string bytes) {
+  detail::runtime_impl::client_call call{*impl_};
+  check_payload(impl_->cfg, bytes, "promise value");
+  check_name("workflow id", workflow_id);
+  check_name("promise name", name);
+  persistence::resolution r;
+  r.id = detail::promise_id(workflow_id, name);
+  r.run_id = workflow_id;
+  r.seq = -1;
+  store_resolution(*impl_, r, ok, std::move(bytes),
+                   "workflow run '" + workflow_id + "' (promise '" + name
+                     + "')");
+}
+
+void runtime::send_bytes(const std::string& workflow_id,
+                         const std::string& topic, std::string bytes) {
+  detail::runtime_impl::client_call call{*impl_};
+  check_payload(impl_->cfg, bytes, "message");
+  check_name("workflow id", workflow_id);
+  check_name("topic", topic);
+  auto sent = impl_->tx_stores->with([&](persistence::store& db) {
+    return db.send_message(workflow_id, topic, bytes, impl_->clock->now_ms());
+  });
+  if (!sent)
+    throw error(errc::not_found, "no workflow run with id '"
+                                   + persistence::valid_text(workflow_id) + "'");
+  impl_->wake(workflow_id, -1);
+}
+
+std::optional<std::string>
+runtime::event_bytes(const std::string& workflow_id, const std::string& key,
+                     std::chrono::milliseconds timeout) {
+  check_name("workflow id", workflow_id);
+  check_name("event key", key);
+  auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    {
+      detail::runtime_impl::client_call call{*impl_};
+      auto value = impl_->tx_stores->with(
+        [&](persistence::store& db) { return db.get_event(workflow_id, key); });
+      if (value)
+        return value;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= until)
+      return std::nullopt;
+    // Polling: events are read far less often than steps are written.
+    std::this_thread::sleep_for(
+      std::min<std::chrono::steady_clock::duration>(until - now,
+                                                    std::chrono::milliseconds{10}));
   }
 }
 

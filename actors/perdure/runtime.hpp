@@ -1,6 +1,8 @@
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -107,11 +109,60 @@ public:
     resolve(id, false, std::move(reason));
   }
 
+  // -- promises, messages, events ---------------------------------------------
+
+  /// Completes promise `name` of run `workflow_id` (see
+  /// `workflow_context::promise`), before or after the run waits for it.
+  /// Throws `not_found` (no such run), `already_resolved`,
+  /// `payload_too_large`.
+  template <class T>
+  void resolve_promise(const std::string& workflow_id, const std::string& name,
+                       const T& value) {
+    complete_promise(workflow_id, name, true,
+                     persistence::encode(value, cfg().payload_encoding));
+  }
+
+  /// Fails promise `name`: the waiting code gets a `terminal_error`.
+  void reject_promise(const std::string& workflow_id, const std::string& name,
+                      std::string reason) {
+    complete_promise(workflow_id, name, false, std::move(reason));
+  }
+
+  /// Sends `value` to run `workflow_id` on `topic`; it waits, in sending
+  /// order, for `workflow_context::recv`. Throws `not_found` (no such run),
+  /// `payload_too_large`.
+  template <class T>
+  void send(const std::string& workflow_id, const std::string& topic,
+            const T& value) {
+    send_bytes(workflow_id, topic,
+               persistence::encode(value, cfg().payload_encoding));
+  }
+
+  /// Returns event `key` of run `workflow_id` (see
+  /// `workflow_context::set_event`), waiting up to `timeout` for it to be
+  /// published; nothing if it was not by then.
+  template <class T>
+  std::optional<T> get_event(const std::string& workflow_id,
+                             const std::string& key,
+                             std::chrono::milliseconds timeout = {}) {
+    auto bytes = event_bytes(workflow_id, key, timeout);
+    if (!bytes)
+      return std::nullopt;
+    return persistence::decode<T>(*bytes);
+  }
+
   /// Returns the configuration.
   const config& cfg() const noexcept;
 
 private:
   void resolve(const std::string& id, bool ok, std::string bytes);
+  void complete_promise(const std::string& workflow_id, const std::string& name,
+                        bool ok, std::string bytes);
+  void send_bytes(const std::string& workflow_id, const std::string& topic,
+                  std::string bytes);
+  std::optional<std::string> event_bytes(const std::string& workflow_id,
+                                         const std::string& key,
+                                         std::chrono::milliseconds timeout);
   void add_workflow(std::string name, detail::workflow_entry entry);
   std::string start_run(std::string_view name, std::string inputs,
                         start_options opts);

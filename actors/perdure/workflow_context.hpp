@@ -3,12 +3,19 @@
 #include <algorithm>
 #include <chrono>
 #include <coroutine>
+#include <optional>
 #include <string>
+#include <vector>
 #include <type_traits>
 #include <utility>
 
+#include "perdure/awakeable.hpp"
+#include "perdure/child_handle.hpp"
+#include "perdure/detail/awaiters.hpp"
 #include "perdure/detail/run_core.hpp"
 #include "perdure/error.hpp"
+#include "perdure/task.hpp"
+#include "perdure/wait_on.hpp"
 #include "perdure/persistence/codec.hpp"
 #include "perdure/persistence/text.hpp"
 #include "perdure/retry_policy.hpp"
@@ -17,173 +24,6 @@
 #include "perdure/terminal_error.hpp"
 
 namespace perdure {
-
-namespace detail {
-
-template <class T>
-T unpack(const persistence::journal_entry& e) {
-  switch (e.outcome) {
-    case persistence::outcome::failed:
-      throw step_failed(e.error);
-    case persistence::outcome::terminal:
-      throw terminal_error(e.error);
-    case persistence::outcome::value:
-      break;
-  }
-  if constexpr (!std::is_void_v<T>)
-    return persistence::decode<T>(e.payload);
-}
-
-/// GCC 12 destroys a lambda temporary that is created inside a `co_await`
-/// expression twice (a compiler bug, fixed in GCC 13). For a closure that
-/// owns resources (captures a std::string by value, say) that is a double
-/// free, so such closures are refused at compile time there. Capture by
-/// reference (`[&]`), which is safe because the workflow's frame outlives the
-/// step, or build the lambda in a named variable first.
-template <class F>
-constexpr void check_step_callable() {
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-  static_assert(std::is_lvalue_reference_v<F>
-                  || std::is_trivially_destructible_v<std::decay_t<F>>,
-                "GCC 12 double-destroys lambda temporaries with by-value "
-                "captures inside co_await: capture by reference ([&]) or "
-                "name the lambda before co_await (see workflow_context.hpp)");
-#endif
-}
-
-/// Encodes a result, refusing oversized ones.
-template <class T>
-std::string encode_result(const T& x, const run_core& core) {
-  auto bytes = persistence::encode(x, core.payload_encoding());
-  if (bytes.size() > core.max_payload_bytes())
-    throw terminal_error("result of " + std::to_string(bytes.size())
-                         + " bytes exceeds the limit of "
-                         + std::to_string(core.max_payload_bytes()));
-  return bytes;
-}
-
-/// `co_await`ing a durable operation: ready at once when replaying,
-/// otherwise suspended until the actor has made the outcome durable.
-template <class T>
-class operation_awaiter {
-public:
-  operation_awaiter(run_core& core, operation op)
-    : core_(&core), op_(std::move(op)) {
-  }
-
-  bool await_ready() {
-    return core_->replaying(op_.seq, op_.kind, op_.name);
-  }
-
-  void await_suspend(std::coroutine_handle<> h) {
-    core_->perform(std::move(op_), h);
-  }
-
-  T await_resume() {
-    return unpack<T>(core_->take(op_.seq));
-  }
-
-private:
-  run_core* core_;
-  operation op_;
-};
-
-/// `co_await`ing a durable sleep: ready at once if replay finds it due,
-/// otherwise suspended until the actor's timer says it is.
-class sleep_awaiter {
-public:
-  sleep_awaiter(run_core& core, operation op)
-    : core_(&core), op_(std::move(op)) {
-  }
-
-  bool await_ready() {
-    if (!core_->replaying(op_.seq, op_.kind, op_.name))
-      return false;
-    return std::stoll(core_->recorded(op_.seq).payload) <= core_->now_ms();
-  }
-
-  void await_suspend(std::coroutine_handle<> h) {
-    core_->perform(std::move(op_), h);
-  }
-
-  void await_resume() {
-    core_->take(op_.seq);
-  }
-
-private:
-  run_core* core_;
-  operation op_;
-};
-
-/// Returns the id of the awakeable created at journal index `seq`: a pure
-/// function of the run and the index, so replay hands out the same id.
-inline std::string awakeable_id(const std::string& run_id, std::int32_t seq) {
-  return "awk_" + std::to_string(seq) + "_" + run_id;
-}
-
-} // namespace detail
-
-/// A durable id an outside system completes with
-/// `runtime::resolve_awakeable` (or fails with `reject_awakeable`), from any
-/// thread; `co_await` it for the value. See `workflow_context::awakeable`.
-template <class T>
-class awakeable {
-public:
-  awakeable(detail::run_core& core, std::string id)
-    : core_(&core), id_(std::move(id)) {
-  }
-
-  /// Returns the id to hand out.
-  const std::string& id() const noexcept {
-    return id_;
-  }
-
-  /// Waits (durably: across crashes and passivation) for the outcome: the
-  /// resolved value, or a `terminal_error` with the rejection's reason.
-  detail::operation_awaiter<T> operator co_await() const {
-    detail::operation op;
-    op.seq = core_->next_seq();
-    op.kind = persistence::entry_kind::await;
-    op.name = id_;
-    return detail::operation_awaiter<T>{*core_, std::move(op)};
-  }
-
-private:
-  detail::run_core* core_;
-  std::string id_;
-};
-
-namespace detail {
-
-/// `co_await`ing the creation of an awakeable: its id is durable before the
-/// code can hand it out, so no resolution ever finds it unknown.
-template <class T>
-class awakeable_creation {
-public:
-  awakeable_creation(run_core& core, operation op)
-    : core_(&core), id_(op.name), inner_(core, std::move(op)) {
-  }
-
-  bool await_ready() {
-    return inner_.await_ready();
-  }
-
-  void await_suspend(std::coroutine_handle<> h) {
-    inner_.await_suspend(h);
-  }
-
-  awakeable<T> await_resume() {
-    inner_.await_resume();
-    return awakeable<T>{*core_, id_};
-  }
-
-private:
-  run_core* core_;
-  std::string id_;
-  operation_awaiter<void> inner_;
-};
-
-} // namespace detail
 
 /// What a workflow's code sees of its run. Every durable operation goes
 /// through it; code between operations must be deterministic, because on
@@ -296,7 +136,120 @@ public:
     op.seq = core_->next_seq();
     op.kind = persistence::entry_kind::awakeable;
     op.name = detail::awakeable_id(core_->run_id(), op.seq);
-    return detail::awakeable_creation<T>{*core_, std::move(op)};
+    return {*core_, std::move(op)};
+  }
+
+  /// Waits for this run's promise `name`, completed (once) from outside by
+  /// `runtime::resolve_promise` / `reject_promise`, before or after this
+  /// wait begins. A rejection throws `terminal_error`.
+  template <class T>
+  detail::typed_wait_awaiter<T> promise(const std::string& name) {
+    auto w = on_promise(name);
+    return {*core_, wait_operation(w.label(), {w.source()}, 0)};
+  }
+
+  /// Receives the next message sent to this run on `topic` with
+  /// `runtime::send` (messages wait for their receiver, in sending order).
+  template <class T>
+  detail::typed_wait_awaiter<T> recv(const std::string& topic) {
+    auto w = on_message(topic);
+    return {*core_, wait_operation(w.label(), {w.source()}, 0)};
+  }
+
+  /// Receives the next message on `topic`, or nothing after `timeout`. The
+  /// deadline is recorded first: after a restart only the rest is waited.
+  template <class T, class Rep, class Period>
+  task<std::optional<T>> recv(std::string topic,
+                              std::chrono::duration<Rep, Period> timeout) {
+    std::vector<wait_on> waits{on_message(topic)};
+    auto got = co_await select_within(timeout, std::move(waits));
+    if (got.timed_out())
+      co_return std::nullopt;
+    co_return got.template value<T>();
+  }
+
+  /// Waits for the first of `waits` to complete; the winner is recorded, so
+  /// replay picks the same one.
+  ///
+  /// ~~~
+  /// auto first = co_await ctx.select(std::vector{ctx.on(approval),
+  ///                                              ctx.on_message("cancel")});
+  /// if (first.index() == 0) ...
+  /// ~~~
+  detail::wait_awaiter select(std::vector<wait_on> waits) {
+    std::string label = "select";
+    std::vector<detail::wait_source> sources;
+    for (auto& w : waits) {
+      label += "|" + w.label();
+      sources.push_back(w.source());
+    }
+    return {*core_, wait_operation(std::move(label), std::move(sources), 0)};
+  }
+
+  /// Waits for the first of `waits`, or the timeout (`index()` -1).
+  template <class Rep, class Period>
+  task<selected> select_within(std::chrono::duration<Rep, Period> timeout,
+                               std::vector<wait_on> waits) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+    auto due = co_await deadline(ms.count());
+    std::string label = "select";
+    std::vector<detail::wait_source> sources;
+    for (auto& w : waits) {
+      label += "|" + w.label();
+      sources.push_back(w.source());
+    }
+    auto op = wait_operation(std::move(label), std::move(sources), due);
+    detail::wait_awaiter awaiter{*core_, std::move(op)};
+    co_return selected{co_await awaiter};
+  }
+
+  /// A wait for awakeable `a` (for `select`).
+  template <class T>
+  wait_on on(const perdure::awakeable<T>& a) const {
+    return {{detail::wait_source::kind::resolution, a.id()}, a.id()};
+  }
+
+  /// A wait for child `c`'s end (for `select`).
+  template <class R>
+  wait_on on(const child_handle<R>& c) const {
+    return {{detail::wait_source::kind::run, c.id()}, "child:" + c.id()};
+  }
+
+  /// A wait for the next message on `topic` (for `select`).
+  wait_on on_message(const std::string& topic) const {
+    return {{detail::wait_source::kind::message, topic}, "recv:" + topic};
+  }
+
+  /// A wait for this run's promise `name` (for `select`).
+  wait_on on_promise(const std::string& name) const {
+    return {{detail::wait_source::kind::resolution,
+             detail::promise_id(core_->run_id(), name)},
+            "promise:" + name};
+  }
+
+  /// Publishes event `key` = `value` of this run, durably and once (the
+  /// event and its checkpoint commit together); readers use
+  /// `runtime::get_event`. A later `set_event` of the same key replaces it.
+  template <class T>
+  detail::operation_awaiter<void> set_event(std::string key, const T& value) {
+    auto op = next_operation(persistence::entry_kind::event, std::move(key), {});
+    op.payload = detail::encode_result(value, *core_);
+    return {*core_, std::move(op)};
+  }
+
+  /// Starts workflow `name` with `input` as a child of this run: its start
+  /// is checkpointed (replay does not start it twice), the parent is
+  /// recorded, and cancelling the parent cancels it. `co_await` the returned
+  /// handle for its output. `id` empty: `<parent id>.<journal index>`.
+  template <class R, class A>
+  detail::child_start<R> start_child(const std::string& name, const A& input,
+                                     std::string id = {}) {
+    auto op = next_operation(persistence::entry_kind::child, "child", {});
+    op.child_workflow = name;
+    op.payload = persistence::encode(input, core_->payload_encoding());
+    op.name = id.empty() ? core_->run_id() + "." + std::to_string(op.seq)
+                         : std::move(id);
+    return {*core_, std::move(op)};
   }
 
 private:
@@ -304,6 +257,28 @@ private:
     auto op = next_operation(persistence::entry_kind::sleep, "sleep", {});
     op.due_ms = due_ms;
     return detail::sleep_awaiter{*core_, std::move(op)};
+  }
+
+  /// Records (once) a deadline `ms` from now; returns it (ms since epoch).
+  task<std::int64_t> deadline(std::int64_t ms) {
+    auto op = next_operation(persistence::entry_kind::deadline, "deadline", {});
+    op.due_ms = core_->now_ms() + std::max<std::int64_t>(0, ms);
+    detail::record_awaiter awaiter{*core_, std::move(op)};
+    auto e = co_await awaiter;
+    co_return std::stoll(e.payload);
+  }
+
+  /// Returns a wait operation at the next journal index.
+  detail::operation wait_operation(std::string label,
+                                   std::vector<detail::wait_source> sources,
+                                   std::int64_t due_ms) {
+    detail::operation op;
+    op.seq = core_->next_seq();
+    op.kind = persistence::entry_kind::await;
+    op.name = std::move(label);
+    op.sources = std::move(sources);
+    op.due_ms = due_ms;
+    return op;
   }
 
   /// Returns the operation at the next journal index.

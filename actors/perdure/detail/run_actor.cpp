@@ -57,6 +57,7 @@ struct run_state : run_core {
   run_actor* self = nullptr;
   runtime_impl* rt = nullptr;
   persistence::fence owner;
+  std::optional<std::string> parent_id;
   std::string name;
   std::string inputs;
   std::unique_ptr<workflow_context> ctx;
@@ -81,6 +82,7 @@ struct run_state : run_core {
     rt = r;
     run_id_ = std::move(run.id);
     owner = std::move(run.owner);
+    parent_id = std::move(run.parent_id);
     name = std::move(run.name);
     inputs = std::move(run.inputs);
     encoding_ = rt->cfg.payload_encoding;
@@ -106,6 +108,18 @@ struct run_state : run_core {
       case persistence::entry_kind::awakeable:
         // Nothing to run: the creation itself is what becomes durable.
         record(entry_for(op->seq));
+        return;
+      case persistence::entry_kind::deadline: {
+        auto e = entry_for(op->seq);
+        e.payload = std::to_string(op->due_ms);
+        record(std::move(e));
+        return;
+      }
+      case persistence::entry_kind::child:
+        start_child();
+        return;
+      case persistence::entry_kind::event:
+        dispatch();
         return;
       case persistence::entry_kind::sleep:
         if (auto i = recorded_.find(op->seq); i != recorded_.end()) {
@@ -142,6 +156,55 @@ struct run_state : run_core {
     after_resume();
   }
 
+  // -- children -----------------------------------------------------------------
+
+  /// Creates the child run (off the actor), starts it, and reports back as
+  /// a step outcome, which is then checkpointed: a crash in between creates
+  /// nothing twice (same id) and starts nothing twice (it is running).
+  void start_child() {
+    ++attempt;
+    persistence::run_record child;
+    child.id = op->name;
+    child.name = op->child_workflow;
+    child.inputs = op->payload;
+    child.owner = {rt->cfg.executor_id, 1};
+    child.app_version = rt->cfg.app_version;
+    child.created_at_ms = detail::now_ms();
+    child.parent_id = run_id_;
+    auto me = caf::actor_cast<caf::actor>(self);
+    rt->steps->post([me, seq = op->seq, child = std::move(child), rt = rt] {
+      auto report = [&](persistence::outcome o, std::string error) {
+        caf::anon_send(me, outcome_atom::value, seq,
+                       static_cast<std::int32_t>(o), std::string{},
+                       std::move(error), false);
+      };
+      if (rt->workflows.count(child.name) == 0)
+        return report(persistence::outcome::terminal,
+                      "no workflow registered as '" + child.name + "'");
+      if (!persistence::is_valid_name(child.id))
+        return report(persistence::outcome::terminal,
+                      "child ids must be 1 to 255 bytes of UTF-8 without NUL");
+      try {
+        auto result = rt->tx_stores->with(
+          [&](persistence::store& db) { return db.create_run(child); });
+        if (result.created) {
+          rt->spawn_run(std::move(result.run), {});
+        } else if (result.run.name != child.name
+                   || result.run.inputs != child.inputs
+                   || result.run.parent_id != child.parent_id) {
+          return report(persistence::outcome::terminal,
+                        "child id '" + child.id
+                          + "' already names another run");
+        } else {
+          rt->revive(child.id); // ours from before a crash: make sure it runs
+        }
+        report(persistence::outcome::value, {});
+      } catch (const std::exception& ex) {
+        report(persistence::outcome::failed, ex.what());
+      }
+    });
+  }
+
   // -- sleeping -----------------------------------------------------------------
 
   /// Waits for the sleep in flight (recorded) to be due at `due`.
@@ -160,50 +223,116 @@ struct run_state : run_core {
 
   // -- awaiting ------------------------------------------------------------------
 
-  /// Looks up the outcome of the awakeable awaited (off the actor: it
-  /// blocks); the answer comes back as a `found` message.
+  /// Looks for the first source of the wait in flight that has delivered
+  /// (off the actor: it reads the store); the answer comes back as a
+  /// `found` message. Past the deadline with nothing delivered: timed out.
   void check_delivery() {
     auto me = caf::actor_cast<caf::actor>(self);
-    rt->steps->post([me, seq = op->seq, id = op->name,
-                     pool = rt->tx_stores.get()] {
+    std::vector<std::int64_t> after;
+    for (auto& s : op->sources)
+      after.push_back(s.what == wait_source::kind::message ? consumed(s.key) : 0);
+    rt->steps->post([me, seq = op->seq, sources = op->sources,
+                     after = std::move(after), due = op->due_ms, rt = rt,
+                     run = run_id_] {
+      wait_outcome w;
+      bool found = false;
       try {
-        auto r = pool->with(
-          [&](persistence::store& db) { return db.get_resolution(id); });
-        if (r)
-          caf::anon_send(me, found_atom::value, seq, true,
-                         static_cast<std::int32_t>(r->result),
-                         std::move(r->payload), std::move(r->error));
-        else
-          caf::anon_send(me, found_atom::value, seq, false, std::int32_t{0},
-                         std::string{}, std::string{});
+        found = rt->tx_stores->with([&](persistence::store& db) {
+          for (std::size_t i = 0; i < sources.size(); ++i) {
+            if (delivered(db, run, sources[i], after[i], w)) {
+              w.index = static_cast<std::int32_t>(i);
+              return true;
+            }
+          }
+          return false;
+        });
+        if (!found && due > 0 && rt->clock->now_ms() >= due) {
+          w = wait_outcome{}; // index -1: timed out
+          found = true;
+        }
       } catch (const std::exception& ex) {
-        spdlog::error("perdure: run {} could not read awakeable {}: {}",
-                      id.substr(id.find('_', 4) + 1), id, ex.what());
-        caf::anon_send(me, found_atom::value, seq, false, std::int32_t{0},
-                       std::string{}, std::string{});
+        spdlog::error("perdure: run {} could not check its wait: {}", run,
+                      ex.what());
       }
+      caf::anon_send(me, found_atom::value, seq, found, w.index, w.cursor,
+                     static_cast<std::int32_t>(w.result), std::move(w.payload),
+                     std::move(w.error));
     });
   }
 
-  void on_found(std::int32_t seq, bool found, std::int32_t result,
-                std::string payload, std::string error) {
-    if (!op || op->seq != seq || op->kind != persistence::entry_kind::await)
+  /// Returns whether `s` has delivered, filling `w` (on the step executor).
+  static bool delivered(persistence::store& db, const std::string& run,
+                        const wait_source& s, std::int64_t after,
+                        wait_outcome& w) {
+    switch (s.what) {
+      case wait_source::kind::resolution: {
+        auto r = db.get_resolution(s.key);
+        if (!r)
+          return false;
+        w.result = r->result;
+        w.payload = std::move(r->payload);
+        w.error = std::move(r->error);
+        return true;
+      }
+      case wait_source::kind::message: {
+        auto m = db.next_message(run, s.key, after);
+        if (!m)
+          return false;
+        w.cursor = m->id;
+        w.payload = std::move(m->payload);
+        return true;
+      }
+      case wait_source::kind::run: {
+        auto r = db.get_run(s.key);
+        if (!r || !is_terminal(r->status))
+          return false;
+        if (r->status == run_status::success) {
+          w.payload = r->output.value_or(std::string{});
+        } else {
+          w.result = persistence::outcome::terminal;
+          w.error = "child workflow '" + s.key + "' ended "
+                    + std::string{to_string(r->status)} + ": "
+                    + r->error.value_or("no reason recorded");
+        }
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void on_found(std::int32_t seq, bool found, std::int32_t index,
+                std::int64_t cursor, std::int32_t result, std::string payload,
+                std::string error) {
+    if (!op || op->seq != seq || op->kind != persistence::entry_kind::await
+        || passivating)
       return;
     if (found) {
+      wait_outcome w;
+      w.index = index;
+      w.cursor = cursor;
+      w.payload = std::move(payload);
       auto e = entry_for(seq);
       e.outcome = static_cast<persistence::outcome>(result);
-      e.payload = std::move(payload);
+      e.payload = w.encode();
       e.error = std::move(error);
       record(std::move(e));
       return;
     }
-    // Not yet: a delivery wakes us. Past the threshold, leave memory.
-    auto idle = now_ms() - waiting_since;
-    if (idle >= rt->cfg.passivate_after.count())
-      passivate(passivated_forever);
-    else
-      rt->timers->schedule(
-        {waiting_since + rt->cfg.passivate_after.count(), run_id_, seq});
+    // Not yet: a delivery wakes us, or the deadline. Past the threshold,
+    // leave memory until then.
+    auto now = now_ms();
+    auto threshold = rt->cfg.passivate_after.count();
+    auto due = op->due_ms;
+    if (now - waiting_since >= threshold && (due == 0 || due - now > threshold)) {
+      passivate(due == 0 ? passivated_forever : due);
+      return;
+    }
+    auto next = waiting_since + threshold;
+    if (due > 0)
+      next = std::min(next, due);
+    if (next <= now)
+      next = due > 0 ? due : now + threshold;
+    rt->timers->schedule({next, run_id_, seq});
   }
 
   /// A timer is due (`seq` of the operation), or something was delivered
@@ -311,8 +440,11 @@ struct run_state : run_core {
     }
     auto checkpoint = entry_for(seq);
     checkpoint.created_at_ms = now_ms();
+    auto is_event = op->kind == persistence::entry_kind::event;
+    if (is_event)
+      checkpoint.payload = op->payload;
     rt->steps->post([me, seq, checkpoint, fence = owner, body = op->tx_body,
-                     pool = rt->tx_stores.get()] {
+                     is_event, pool = rt->tx_stores.get()] {
       std::string payload;
       auto send_failure = [&](persistence::outcome o, const char* what) {
         caf::anon_send(me, outcome_atom::value, seq,
@@ -321,6 +453,9 @@ struct run_state : run_core {
       };
       try {
         auto result = pool->with([&](persistence::store& db) {
+          if (is_event) // Perdure's own row, with its checkpoint
+            return db.record_event(fence, checkpoint, checkpoint.name,
+                                   checkpoint.payload);
           return db.run_transaction(fence, checkpoint, [&](sql_session& s) {
             payload = body(s);
             return payload;
@@ -408,8 +543,12 @@ struct run_state : run_core {
   }
 
   void on_retry(std::int32_t seq) {
-    if (op && op->seq == seq)
-      dispatch();
+    if (op && op->seq == seq) {
+      if (op->kind == persistence::entry_kind::child)
+        start_child();
+      else
+        dispatch();
+    }
   }
 
   /// Returns true if the write was committed; otherwise stops the actor,
@@ -496,7 +635,10 @@ struct run_state : run_core {
   }
 
   void stop(std::optional<run_outcome> outcome) {
+    auto ended = outcome.has_value();
     rt->run_stopped(run_id_, std::move(outcome));
+    if (ended && parent_id)
+      rt->wake(*parent_id, -1); // a parent may be waiting for this end
     self->quit();
   }
 
@@ -550,10 +692,11 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
     },
     [self](fenced_atom, std::int32_t) { self->state.lost_ownership(); },
     [self](wake_atom, std::int32_t seq) { self->state.on_wake(seq); },
-    [self](found_atom, std::int32_t seq, bool found, std::int32_t result,
-           std::string& payload, std::string& error) {
-      self->state.on_found(seq, found, result, std::move(payload),
-                           std::move(error));
+    [self](found_atom, std::int32_t seq, bool found, std::int32_t index,
+           std::int64_t cursor, std::int32_t result, std::string& payload,
+           std::string& error) {
+      self->state.on_found(seq, found, index, cursor, result,
+                           std::move(payload), std::move(error));
     },
     [self](passive_atom, std::int32_t seq, bool ok, std::int64_t wake_at,
            std::uint64_t seen) {

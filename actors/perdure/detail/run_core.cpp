@@ -22,6 +22,22 @@ bool run_core::replaying(std::int32_t seq, persistence::entry_kind kind,
   return true;
 }
 
+wait_outcome wait_outcome::decode(const persistence::journal_entry& e) {
+  wait_outcome w;
+  w.result = e.outcome;
+  w.error = e.error;
+  auto a = e.payload.find(':');
+  auto b = a == std::string::npos ? a : e.payload.find(':', a + 1);
+  if (b == std::string::npos)
+    throw perdure::error(errc::store_error,
+                         "malformed wait entry at journal index "
+                           + std::to_string(e.seq));
+  w.index = static_cast<std::int32_t>(std::stol(e.payload.substr(0, a)));
+  w.cursor = std::stoll(e.payload.substr(a + 1, b - a - 1));
+  w.payload = e.payload.substr(b + 1);
+  return w;
+}
+
 persistence::journal_entry run_core::take(std::int32_t seq) {
   auto i = recorded_.find(seq);
   if (i == recorded_.end())

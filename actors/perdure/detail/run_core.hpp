@@ -6,9 +6,11 @@
 #include <coroutine>
 #include <cstdint>
 #include <functional>
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "perdure/persistence/codec.hpp"
 #include "perdure/persistence/records.hpp"
@@ -30,6 +32,38 @@ using step_body = std::function<step_outcome()>;
 /// A transactional step's code, wrapped to encode its result.
 using transaction_body = std::function<std::string(sql_session&)>;
 
+/// What a wait can be completed by.
+struct wait_source {
+  enum class kind : std::uint8_t {
+    /// An awakeable or a promise: its resolution id.
+    resolution,
+    /// The next message on a topic: the topic.
+    message,
+    /// Another run's end (a child): its id.
+    run,
+  };
+  kind what = kind::resolution;
+  std::string key;
+};
+
+/// How a wait ended, as recorded in its journal entry's payload:
+/// `<index>:<cursor>:<bytes>` (index -1: timed out; cursor: the message id).
+struct wait_outcome {
+  std::int32_t index = -1;
+  std::int64_t cursor = 0;
+  persistence::outcome result = persistence::outcome::value;
+  std::string payload;
+  std::string error;
+
+  /// Returns the recorded form of the payload.
+  std::string encode() const {
+    return std::to_string(index) + ":" + std::to_string(cursor) + ":" + payload;
+  }
+
+  /// Reads a recorded wait entry.
+  static wait_outcome decode(const persistence::journal_entry& e);
+};
+
 /// One durable operation the coroutine is about to perform.
 struct operation {
   std::int32_t seq = 0;
@@ -38,8 +72,14 @@ struct operation {
   step_body body;
   transaction_body tx_body;
   retry_policy policy;
-  /// A sleep's wake-up time (ms since the epoch), fixed when first run.
+  /// A sleep's wake-up time, or a wait's deadline (ms since the epoch; 0:
+  /// none), fixed when first run.
   std::int64_t due_ms = 0;
+  /// A wait's sources, in order of preference.
+  std::vector<wait_source> sources;
+  /// An event's value; a child's workflow name and inputs.
+  std::string payload;
+  std::string child_workflow;
 };
 
 /// The run as seen by workflow code. Implemented by the run actor's state;
@@ -79,6 +119,18 @@ public:
   /// Removes and returns the recorded outcome of `seq`.
   persistence::journal_entry take(std::int32_t seq);
 
+  /// Returns the id of the last message consumed on `topic` (0: none).
+  std::int64_t consumed(const std::string& topic) const {
+    auto i = consumed_.find(topic);
+    return i == consumed_.end() ? 0 : i->second;
+  }
+
+  /// Notes that a wait consumed message `id` on `topic`.
+  void consume(const std::string& topic, std::int64_t id) {
+    auto& last = consumed_[topic];
+    last = std::max(last, id);
+  }
+
   /// Returns the encoding for new payloads.
   persistence::encoding payload_encoding() const noexcept {
     return encoding_;
@@ -99,6 +151,7 @@ protected:
   std::int32_t next_seq_ = 0;
   std::map<std::int32_t, persistence::journal_entry> recorded_;
   std::optional<std::string> fatal_;
+  std::map<std::string, std::int64_t> consumed_;
   persistence::encoding encoding_ = persistence::encoding::json;
   std::size_t max_payload_ = 0;
 };

@@ -90,7 +90,8 @@ std::optional<std::string> opt_text(const pqxx::field& f) {
 
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
-    "recovery_attempts, app_version, created_at, updated_at, wake_at";
+    "recovery_attempts, app_version, created_at, updated_at, wake_at, "
+    "parent_id";
 
 /// Reads the run columns starting at column `first`.
 run_record read_run(const pqxx::row& all, int first = 0) {
@@ -114,6 +115,7 @@ run_record read_run(const pqxx::row& all, int first = 0) {
   r.updated_at_ms = row(11).as<std::int64_t>();
   if (!row(12).is_null())
     r.wake_at_ms = row(12).as<std::int64_t>();
+  r.parent_id = opt_text(row(13));
   return r;
 }
 
@@ -172,8 +174,9 @@ void postgres_store::connect() {
   c->prepare("create_run",
              "WITH ins AS (INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
-                 "app_version, created_at, updated_at) VALUES ($1, $2, $3, "
-                 "$4, $5, $6, $7, $8, $8) ON CONFLICT (id) DO NOTHING "
+                 "app_version, created_at, updated_at, parent_id) VALUES ($1, "
+                 "$2, $3, $4, $5, $6, $7, $8, $8, $9) ON CONFLICT (id) DO "
+                 "NOTHING "
                  "RETURNING "
                + run_columns + ") SELECT true, " + run_columns
                + " FROM ins UNION ALL SELECT false, " + run_columns + " FROM "
@@ -183,13 +186,14 @@ void postgres_store::connect() {
   c->prepare("create_runs",
              "INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
-                 "app_version, created_at, updated_at) SELECT i.id, i.name, "
-                 "i.status, decode(i.inputs, 'hex'), i.executor, i.epoch, "
-                 "i.app_version, i.created_at, i.created_at FROM unnest("
-                 "$1::text[], $2::text[], $3::text[], $4::text[], $5::text[], "
-                 "$6::bigint[], $7::text[], $8::bigint[]) AS i(id, name, status, "
-                 "inputs, executor, epoch, app_version, created_at) ON CONFLICT "
-                 "(id) DO NOTHING RETURNING id");
+                 "app_version, created_at, updated_at, parent_id) SELECT i.id, "
+                 "i.name, i.status, decode(i.inputs, 'hex'), i.executor, "
+                 "i.epoch, i.app_version, i.created_at, i.created_at, i.parent "
+                 "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], "
+                 "$5::text[], $6::bigint[], $7::text[], $8::bigint[], "
+                 "$9::text[]) AS i(id, name, status, inputs, executor, epoch, "
+                 "app_version, created_at, parent) ON CONFLICT (id) DO NOTHING "
+                 "RETURNING id");
   c->prepare("set_wake_at",
              "UPDATE " + s
                + "runs SET wake_at = $4 WHERE id = $1 AND executor = $2 AND "
@@ -214,6 +218,26 @@ void postgres_store::connect() {
                + "resolutions (id, run_id, seq, outcome, payload, error, "
                  "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT "
                  "(id) DO NOTHING");
+  c->prepare("run_exists",
+             "SELECT 1 FROM " + s + "runs WHERE id = $1");
+  c->prepare("send_message",
+             "WITH woken AS (UPDATE " + s
+               + "runs SET wake_at = NULL WHERE id = $1 RETURNING id) INSERT "
+                 "INTO "
+               + s
+               + "messages (run_id, topic, payload, created_at) SELECT id, "
+                 "$2, $3, $4 FROM woken");
+  c->prepare("next_message",
+             "SELECT id, payload FROM " + s
+               + "messages WHERE run_id = $1 AND topic = $2 AND id > $3 ORDER "
+                 "BY id LIMIT 1");
+  c->prepare("upsert_event",
+             "INSERT INTO " + s
+               + "events (run_id, key, value, updated_at) VALUES ($1, $2, $3, "
+                 "$4) ON CONFLICT (run_id, key) DO UPDATE SET value = "
+                 "excluded.value, updated_at = excluded.updated_at");
+  c->prepare("get_event",
+             "SELECT value FROM " + s + "events WHERE run_id = $1 AND key = $2");
   c->prepare("wake_run",
              "UPDATE " + s + "runs SET wake_at = NULL WHERE id = $1");
   c->prepare("get_resolution",
@@ -334,10 +358,13 @@ int postgres_store::schema_version() {
 create_result postgres_store::create_run(const run_record& run) {
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
-    auto res = w.exec_prepared(
-      "create_run", run.id, run.name, std::string{to_string(run.status)},
-      pqxx::binarystring{run.inputs.data(), run.inputs.size()},
-      run.owner.executor, run.owner.epoch, run.app_version, run.created_at_ms);
+    auto res = w.prepared("create_run")(run.id)(run.name)(
+                  std::string{to_string(run.status)})(
+                  pqxx::binarystring{run.inputs.data(), run.inputs.size()})(
+                  run.owner.executor)(run.owner.epoch)(run.app_version)(
+                  run.created_at_ms)(run.parent_id.value_or(std::string{}),
+                                     run.parent_id.has_value())
+                 .exec();
     if (res.empty()) {
       // Another transaction inserted it and has not committed yet: retry.
       throw pqxx::serialization_failure("run row not yet visible");
@@ -351,8 +378,10 @@ create_result postgres_store::create_run(const run_record& run) {
 
 std::vector<bool>
 postgres_store::create_runs(const std::vector<run_record>& runs) {
-  detail::pg_array ids, names, statuses, inputs, execs, epochs, versions, ats;
+  detail::pg_array ids, names, statuses, inputs, execs, epochs, versions, ats,
+    parents;
   for (auto& run : runs) {
+    parents.add_opt(run.parent_id);
     ids.add(run.id);
     names.add(run.name);
     statuses.add(to_string(run.status));
@@ -368,7 +397,7 @@ postgres_store::create_runs(const std::vector<run_record>& runs) {
     for (const auto& row :
          w.exec_prepared("create_runs", ids.str(), names.str(), statuses.str(),
                          inputs.str(), execs.str(), epochs.str(),
-                         versions.str(), ats.str()))
+                         versions.str(), ats.str(), parents.str()))
       inserted.insert(row[0].as<std::string>());
     // A re-sent batch (in-doubt commit) finds its own runs: not "inserted"
     // by this call, which callers resolve by reading the run.
@@ -408,7 +437,10 @@ std::vector<std::string> postgres_store::cancel_run(std::string_view run_id,
 resolve_result postgres_store::resolve(const resolution& r) {
   return with_retry([&] {
     pqxx::work w{*conn_};
-    if (w.exec_prepared("awakeable_exists", r.run_id, r.seq, r.id).empty())
+    auto known = r.seq < 0
+                   ? w.exec_prepared("run_exists", r.run_id)
+                   : w.exec_prepared("awakeable_exists", r.run_id, r.seq, r.id);
+    if (known.empty())
       return resolve_result::unknown_id;
     auto ins = w.exec_prepared(
       "insert_resolution", r.id, r.run_id, r.seq, static_cast<int>(r.result),
@@ -439,6 +471,60 @@ postgres_store::get_resolution(std::string_view id) {
     r.error = row[5].is_null() ? std::string{} : row[5].as<std::string>();
     r.at_ms = row[6].as<std::int64_t>();
     return r;
+  });
+}
+
+bool postgres_store::send_message(std::string_view run_id,
+                                  std::string_view topic,
+                                  std::string_view payload,
+                                  std::int64_t at_ms) {
+  return with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    return w
+             .exec_prepared("send_message", std::string{run_id},
+                            std::string{topic},
+                            pqxx::binarystring{payload.data(), payload.size()},
+                            at_ms)
+             .affected_rows()
+           == 1;
+  });
+}
+
+std::optional<message> postgres_store::next_message(std::string_view run_id,
+                                                    std::string_view topic,
+                                                    std::int64_t after) {
+  return with_retry([&]() -> std::optional<message> {
+    pqxx::read_transaction t{*conn_};
+    auto res = t.exec_prepared("next_message", std::string{run_id},
+                               std::string{topic}, after);
+    if (res.empty())
+      return std::nullopt;
+    return message{res[0][0].as<std::int64_t>(), bytes(res[0][1])};
+  });
+}
+
+transaction_outcome postgres_store::record_event(const fence& owner,
+                                                 journal_entry checkpoint,
+                                                 const std::string& key,
+                                                 const std::string& value) {
+  return transact(
+    owner, std::move(checkpoint), [](sql_session&) { return std::string{}; },
+    [&](pqxx::work& w, const journal_entry& e) {
+      w.exec_prepared("upsert_event", e.run_id, key,
+                      pqxx::binarystring{value.data(), value.size()},
+                      e.created_at_ms);
+    });
+}
+
+std::optional<std::string> postgres_store::get_event(std::string_view run_id,
+                                                     std::string_view key) {
+  return with_retry([&]() -> std::optional<std::string> {
+    pqxx::read_transaction t{*conn_};
+    auto res = t.exec_prepared("get_event", std::string{run_id},
+                               std::string{key});
+    if (res.empty())
+      return std::nullopt;
+    return bytes(res[0][0]);
   });
 }
 
@@ -607,6 +693,14 @@ void postgres_store::copy_batch(const persistence::write_batch& batch,
 transaction_outcome postgres_store::run_transaction(
   const fence& owner, journal_entry checkpoint,
   const std::function<std::string(sql_session&)>& body) {
+  return transact(owner, std::move(checkpoint), body,
+                  [](pqxx::work&, const journal_entry&) {});
+}
+
+template <class Extra>
+transaction_outcome postgres_store::transact(
+  const fence& owner, journal_entry checkpoint,
+  const std::function<std::string(sql_session&)>& body, Extra&& extra) {
   bool retrying = false;
   return with_retry([&] {
     if (retrying) {
@@ -633,6 +727,7 @@ transaction_outcome postgres_store::run_transaction(
                     pqxx::binarystring{checkpoint.payload.data(),
                                        checkpoint.payload.size()},
                     checkpoint.error, checkpoint.created_at_ms);
+    extra(w, checkpoint);
     w.commit();
     return transaction_outcome::committed;
   });

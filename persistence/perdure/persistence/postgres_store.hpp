@@ -35,6 +35,16 @@ public:
                                       std::int64_t at_ms) override;
   resolve_result resolve(const resolution& r) override;
   std::optional<resolution> get_resolution(std::string_view id) override;
+  bool send_message(std::string_view run_id, std::string_view topic,
+                    std::string_view payload, std::int64_t at_ms) override;
+  std::optional<message> next_message(std::string_view run_id,
+                                      std::string_view topic,
+                                      std::int64_t after) override;
+  transaction_outcome record_event(const fence& owner, journal_entry checkpoint,
+                                   const std::string& key,
+                                   const std::string& value) override;
+  std::optional<std::string> get_event(std::string_view run_id,
+                                       std::string_view key) override;
   std::optional<run_record> get_run(std::string_view id) override;
   std::vector<run_record> claim_pending_runs(std::string_view executor) override;
   std::vector<journal_entry>
@@ -60,6 +70,14 @@ private:
                                   const std::unordered_set<std::string>& done);
   template <class F>
   auto with_retry(F&& attempt);
+
+  /// `run_transaction`, plus `extra(pqxx::work&, const journal_entry&)` in
+  /// the same transaction (Perdure's own rows written with the checkpoint).
+  template <class Extra>
+  transaction_outcome
+  transact(const fence& owner, journal_entry checkpoint,
+           const std::function<std::string(sql_session&)>& body,
+           Extra&& extra);
 
   std::string url_;
   std::string schema_;

@@ -38,6 +38,8 @@ struct run_record {
   /// Set while the run is passivated: nothing needs it in memory before
   /// this time (its timer) unless something is delivered to it.
   std::optional<std::int64_t> wake_at_ms;
+  /// The run that started this one as its child, if any.
+  std::optional<std::string> parent_id;
 };
 
 /// What kind of durable operation a journal entry records. Replay compares
@@ -47,9 +49,16 @@ enum class entry_kind : std::uint8_t {
   transaction,
   /// A durable sleep; the payload is the wake-up time (ms since the epoch).
   sleep,
+  /// A wait's deadline, fixed when first reached (payload as for sleep).
+  deadline,
+  /// A child run started; the name is the child's id.
+  child,
+  /// An event published (`set_event`); the name is its key.
+  event,
   /// An awakeable's creation; the name is its id.
   awakeable,
-  /// The outcome an awaited awakeable delivered.
+  /// The outcome of a wait (awakeable, promise, message, child's end or
+  /// timeout); the payload says which (see `workflow_context`).
   await,
 };
 
@@ -124,6 +133,12 @@ struct resolution {
   std::string payload;
   std::string error;
   std::int64_t at_ms = 0;
+};
+
+/// A message sent to a run on a topic; ids grow in sending order.
+struct message {
+  std::int64_t id = 0;
+  std::string payload;
 };
 
 /// What `store::resolve` did.

@@ -232,7 +232,8 @@ private:
 
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
-    "recovery_attempts, app_version, created_at, updated_at, wake_at";
+    "recovery_attempts, app_version, created_at, updated_at, wake_at, "
+    "parent_id";
 
 template <class Statement>
 run_record read_run(Statement& st) {
@@ -255,6 +256,7 @@ run_record read_run(Statement& st) {
   r.updated_at_ms = st.int64(11);
   if (!st.is_null(12))
     r.wake_at_ms = st.int64(12);
+  r.parent_id = st.opt_text(13);
   return r;
 }
 
@@ -373,8 +375,8 @@ create_result sqlite_store::create_run(const run_record& run) {
     create_result result;
     auto& ins = prepare(
       "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
-      "app_version, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-      "?7, ?8, ?8) ON CONFLICT (id) DO NOTHING");
+      "app_version, created_at, updated_at, parent_id) VALUES (?1, ?2, ?3, "
+      "?4, ?5, ?6, ?7, ?8, ?8, ?9) ON CONFLICT (id) DO NOTHING");
     ins.bind(1, run.id)
       .bind(2, run.name)
       .bind(3, to_string(run.status))
@@ -383,6 +385,7 @@ create_result sqlite_store::create_run(const run_record& run) {
       .bind(6, run.owner.epoch)
       .bind(7, run.app_version)
       .bind(8, run.created_at_ms)
+      .bind_opt(9, run.parent_id)
       .run();
     result.created = sqlite3_changes(db_) == 1;
     auto& sel = prepare(std::string{"SELECT "} + run_columns
@@ -402,8 +405,8 @@ std::vector<bool> sqlite_store::create_runs(const std::vector<run_record>& runs)
     created.reserve(runs.size());
     auto& ins = prepare(
       "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
-      "app_version, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-      "?7, ?8, ?8) ON CONFLICT (id) DO NOTHING");
+      "app_version, created_at, updated_at, parent_id) VALUES (?1, ?2, ?3, "
+      "?4, ?5, ?6, ?7, ?8, ?8, ?9) ON CONFLICT (id) DO NOTHING");
     for (auto& run : runs) {
       ins.reset()
         .bind(1, run.id)
@@ -414,6 +417,7 @@ std::vector<bool> sqlite_store::create_runs(const std::vector<run_record>& runs)
         .bind(6, run.owner.epoch)
         .bind(7, run.app_version)
         .bind(8, run.created_at_ms)
+        .bind_opt(9, run.parent_id)
         .run();
       created.push_back(sqlite3_changes(db_) == 1);
     }
@@ -456,9 +460,13 @@ std::vector<std::string> sqlite_store::cancel_run(std::string_view run_id,
 
 resolve_result sqlite_store::resolve(const resolution& r) {
   return in_transaction([&] {
-    auto& exists = prepare("SELECT 1 FROM journal WHERE run_id = ?1 AND seq = "
-                           "?2 AND kind = 'awakeable' AND name = ?3");
-    exists.bind(1, r.run_id).bind(2, std::int64_t{r.seq}).bind(3, r.id);
+    auto& exists = r.seq < 0
+                     ? prepare("SELECT 1 FROM runs WHERE id = ?1")
+                     : prepare("SELECT 1 FROM journal WHERE run_id = ?1 AND "
+                               "seq = ?2 AND kind = 'awakeable' AND name = ?3");
+    exists.bind(1, r.run_id);
+    if (r.seq >= 0)
+      exists.bind(2, std::int64_t{r.seq}).bind(3, r.id);
     auto found = exists.step();
     exists.reset();
     if (!found)
@@ -500,6 +508,74 @@ std::optional<resolution> sqlite_store::get_resolution(std::string_view id) {
     r.at_ms = st.int64(6);
     st.reset();
     return r;
+  });
+}
+
+bool sqlite_store::send_message(std::string_view run_id,
+                                std::string_view topic,
+                                std::string_view payload, std::int64_t at_ms) {
+  return in_transaction([&] {
+    prepare("UPDATE runs SET wake_at = NULL WHERE id = ?1")
+      .bind(1, run_id)
+      .run();
+    if (sqlite3_changes(db_) == 0)
+      return false;
+    prepare("INSERT INTO messages (run_id, topic, payload, created_at) VALUES "
+            "(?1, ?2, ?3, ?4)")
+      .bind(1, run_id)
+      .bind(2, topic)
+      .bind_blob(3, payload)
+      .bind(4, at_ms)
+      .run();
+    return true;
+  });
+}
+
+std::optional<message> sqlite_store::next_message(std::string_view run_id,
+                                                  std::string_view topic,
+                                                  std::int64_t after) {
+  return with_retry([&]() -> std::optional<message> {
+    auto& st = prepare("SELECT id, payload FROM messages WHERE run_id = ?1 AND "
+                       "topic = ?2 AND id > ?3 ORDER BY id LIMIT 1");
+    st.bind(1, run_id).bind(2, topic).bind(3, after);
+    if (!st.step())
+      return std::nullopt;
+    message m{st.int64(0), st.text(1)};
+    st.reset();
+    return m;
+  });
+}
+
+transaction_outcome sqlite_store::record_event(const fence& owner,
+                                               journal_entry checkpoint,
+                                               const std::string& key,
+                                               const std::string& value) {
+  return in_transaction([&] {
+    if (!fenced_ok(checkpoint.run_id, owner))
+      return transaction_outcome::fenced; // nothing written: commit is moot
+    if (insert_entry(checkpoint))
+      prepare("INSERT INTO events (run_id, key, value, updated_at) VALUES "
+              "(?1, ?2, ?3, ?4) ON CONFLICT (run_id, key) DO UPDATE SET "
+              "value = excluded.value, updated_at = excluded.updated_at")
+        .bind(1, checkpoint.run_id)
+        .bind(2, key)
+        .bind_blob(3, value)
+        .bind(4, checkpoint.created_at_ms)
+        .run();
+    return transaction_outcome::committed;
+  });
+}
+
+std::optional<std::string> sqlite_store::get_event(std::string_view run_id,
+                                                   std::string_view key) {
+  return with_retry([&]() -> std::optional<std::string> {
+    auto& st = prepare("SELECT value FROM events WHERE run_id = ?1 AND key = ?2");
+    st.bind(1, run_id).bind(2, key);
+    if (!st.step())
+      return std::nullopt;
+    auto v = st.text(0);
+    st.reset();
+    return v;
   });
 }
 

@@ -87,12 +87,41 @@ public:
   // -- awakeables ---------------------------------------------------------------
 
   /// Stores the outcome of awakeable `r.id` (created by journal entry
-  /// `r.run_id`/`r.seq`, kind `awakeable`) and clears the run's wake-up
-  /// time so that recovery brings it back. The first outcome stays.
+  /// `r.run_id`/`r.seq`, kind `awakeable`; `r.seq` -1: a promise of run
+  /// `r.run_id`, which need only exist) and clears the run's wake-up time so
+  /// that recovery brings it back. The first outcome stays.
   virtual resolve_result resolve(const resolution& r) = 0;
 
   /// Returns the stored outcome of awakeable `id`, if any.
   virtual std::optional<resolution> get_resolution(std::string_view id) = 0;
+
+  // -- messages and events -----------------------------------------------------
+
+  /// Queues `payload` for run `run_id` on `topic` and clears the run's
+  /// wake-up time. Returns false if there is no such run.
+  virtual bool send_message(std::string_view run_id, std::string_view topic,
+                            std::string_view payload, std::int64_t at_ms)
+    = 0;
+
+  /// Returns the first message to `run_id` on `topic` after message id
+  /// `after`, if any.
+  virtual std::optional<message> next_message(std::string_view run_id,
+                                              std::string_view topic,
+                                              std::int64_t after)
+    = 0;
+
+  /// Publishes event `key` = `value` of run `checkpoint.run_id` together
+  /// with `checkpoint` (kind `event`), in one transaction, fenced.
+  virtual transaction_outcome record_event(const fence& owner,
+                                           journal_entry checkpoint,
+                                           const std::string& key,
+                                           const std::string& value)
+    = 0;
+
+  /// Returns the value of event `key` of run `run_id`, if published.
+  virtual std::optional<std::string> get_event(std::string_view run_id,
+                                               std::string_view key)
+    = 0;
 
   // -- journal ----------------------------------------------------------------
 

@@ -49,6 +49,19 @@ std::vector<migration> sqlite_migrations() {
        " payload BLOB,"
        " error TEXT,"
        " created_at INTEGER NOT NULL) WITHOUT ROWID",
+       "CREATE TABLE messages ("
+       " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+       " run_id TEXT NOT NULL,"
+       " topic TEXT NOT NULL,"
+       " payload BLOB NOT NULL,"
+       " created_at INTEGER NOT NULL)",
+       "CREATE INDEX messages_by_topic ON messages (run_id, topic, id)",
+       "CREATE TABLE events ("
+       " run_id TEXT NOT NULL,"
+       " key TEXT NOT NULL,"
+       " value BLOB NOT NULL,"
+       " updated_at INTEGER NOT NULL,"
+       " PRIMARY KEY (run_id, key)) WITHOUT ROWID",
      }},
   };
 }
@@ -100,6 +113,19 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        " payload BYTEA,"
        " error TEXT,"
        " created_at BIGINT NOT NULL)",
+       "CREATE TABLE " + s + "messages ("
+       " id BIGSERIAL PRIMARY KEY,"
+       " run_id TEXT NOT NULL,"
+       " topic TEXT NOT NULL,"
+       " payload BYTEA NOT NULL,"
+       " created_at BIGINT NOT NULL)",
+       "CREATE INDEX messages_by_topic ON " + s + "messages (run_id, topic, id)",
+       "CREATE TABLE " + s + "events ("
+       " run_id TEXT NOT NULL,"
+       " key TEXT NOT NULL,"
+       " value BYTEA NOT NULL,"
+       " updated_at BIGINT NOT NULL,"
+       " PRIMARY KEY (run_id, key))",
      }},
   };
 }
