@@ -64,3 +64,29 @@ private:
 };
 
 } // namespace perdure
+
+namespace perdure::detail {
+
+/// `co_await`ing a select: a wait whose outcome says which source won.
+class select_awaiter {
+public:
+  select_awaiter(run_core& core, operation op) : inner_(core, std::move(op)) {
+  }
+
+  bool await_ready() {
+    return inner_.await_ready();
+  }
+
+  void await_suspend(std::coroutine_handle<> h) {
+    inner_.await_suspend(h);
+  }
+
+  selected await_resume() {
+    return selected{inner_.await_resume()};
+  }
+
+private:
+  wait_awaiter inner_;
+};
+
+} // namespace perdure::detail

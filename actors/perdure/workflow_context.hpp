@@ -176,7 +176,7 @@ public:
   ///                                              ctx.on_message("cancel")});
   /// if (first.index() == 0) ...
   /// ~~~
-  detail::wait_awaiter select(std::vector<wait_on> waits) {
+  detail::select_awaiter select(std::vector<wait_on> waits) {
     std::string label = "select";
     std::vector<detail::wait_source> sources;
     for (auto& w : waits) {

@@ -1,0 +1,462 @@
+// Promises, messages, select, events and child workflows, on the store under
+// test, with a manual clock for timeouts.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perdure/perdure.hpp"
+#include "perdure/persistence/store.hpp"
+#include "perdure/testing/manual_clock.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+class waits_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+    store_ = persistence::open_store(db_.store_options());
+    store_->migrate();
+  }
+
+  config cfg(std::string executor = "local") {
+    auto c = db_.runtime_config(std::move(executor));
+    c.step_threads = 4;
+    c.clock = clock_;
+    return c;
+  }
+
+  template <class P>
+  static bool eventually(P pred, std::chrono::milliseconds limit = 10s) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred())
+        return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return pred();
+  }
+
+  /// Returns how many journal entries of kind `k` run `id` has.
+  int entries(const std::string& id, persistence::entry_kind k) {
+    int n = 0;
+    for (auto& e : store_->load_journals({id}))
+      n += e.kind == k ? 1 : 0;
+    return n;
+  }
+
+  std::shared_ptr<perdure::testing::manual_clock> clock_
+    = std::make_shared<perdure::testing::manual_clock>();
+  test::database db_;
+  std::unique_ptr<persistence::store> store_;
+};
+
+} // namespace
+
+// -- promises ---------------------------------------------------------------------
+
+TEST_F(waits_test, a_promise_completed_before_or_after_the_wait_is_delivered) {
+  runtime rt{cfg()};
+  std::atomic<bool> gate{false};
+  rt.register_workflow("review", [&](workflow_context& ctx) -> task<std::string> {
+    co_await ctx.step("hold", [&] {
+      while (!gate.load())
+        std::this_thread::sleep_for(1ms);
+    });
+    auto first = co_await ctx.promise<std::string>("first");
+    auto second = co_await ctx.promise<std::string>("second");
+    co_return first + "+" + second;
+  });
+  rt.start();
+  auto h = rt.start_workflow<std::string>("review", {.id = "r"});
+  rt.resolve_promise("r", "first", std::string{"early"}); // before any wait
+  gate = true;
+  ASSERT_TRUE(eventually([&] { return entries("r", persistence::entry_kind::await) == 1; }));
+  rt.resolve_promise("r", "second", std::string{"late"});
+  EXPECT_EQ(h.get(10s), "early+late");
+  try {
+    rt.resolve_promise("r", "first", std::string{"again"});
+    FAIL() << "a promise was completed twice";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::already_resolved);
+  }
+  try {
+    rt.resolve_promise("nobody", "first", 1);
+    FAIL() << "a promise of an unknown run was accepted";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::not_found);
+  }
+  EXPECT_THROW(rt.resolve_promise("r", "", 1), error);
+}
+
+TEST_F(waits_test, a_rejected_promise_throws_terminal_error_in_the_workflow) {
+  runtime rt{cfg()};
+  rt.register_workflow("review", [](workflow_context& ctx) -> task<std::string> {
+    try {
+      co_await ctx.promise<int>("ok");
+      co_return std::string{"accepted"};
+    } catch (const terminal_error& ex) {
+      co_return std::string{"refused: "} + ex.what();
+    }
+  });
+  rt.start();
+  auto h = rt.start_workflow<std::string>("review", {.id = "r"});
+  rt.reject_promise("r", "ok", "no budget");
+  EXPECT_EQ(h.get(10s), "refused: no budget");
+}
+
+// -- messages ----------------------------------------------------------------------
+
+TEST_F(waits_test, messages_arrive_in_sending_order_each_once) {
+  runtime rt{cfg()};
+  rt.register_workflow("sum", [](workflow_context& ctx) -> task<std::string> {
+    std::string seen;
+    for (int i = 0; i < 4; ++i)
+      seen += std::to_string(co_await ctx.recv<int>("numbers")) + ",";
+    seen += co_await ctx.recv<std::string>("words");
+    co_return seen;
+  });
+  rt.start();
+  auto h = rt.start_workflow<std::string>("sum", {.id = "s"});
+  rt.send("s", "words", std::string{"done"}); // another topic, sent first
+  for (int i = 1; i <= 4; ++i)
+    rt.send("s", "numbers", i * 10);
+  rt.send("s", "numbers", 99); // never received
+  EXPECT_EQ(h.get(10s), "10,20,30,40,done");
+  try {
+    rt.send("nobody", "numbers", 1);
+    FAIL() << "a message to an unknown run was accepted";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::not_found);
+  }
+}
+
+TEST_F(waits_test, received_messages_are_not_received_again_after_a_restart) {
+  std::atomic<bool> gate{false};
+  auto define = [&](runtime& rt) {
+    rt.register_workflow("two", [&](workflow_context& ctx) -> task<std::string> {
+      auto a = co_await ctx.recv<std::string>("t");
+      co_await ctx.step("hold", [&] {
+        while (!gate.load())
+          std::this_thread::sleep_for(1ms);
+      });
+      auto b = co_await ctx.recv<std::string>("t");
+      co_return a + b;
+    });
+  };
+  {
+    runtime rt{cfg()};
+    define(rt);
+    rt.start();
+    rt.start_workflow<std::string>("two", {.id = "m"});
+    rt.send("m", "t", std::string{"x"});
+    rt.send("m", "t", std::string{"y"});
+    ASSERT_TRUE(eventually([&] { return entries("m", persistence::entry_kind::await) == 1; }));
+    gate = true; // "hold" finishes while stopping; the run stays PENDING
+  }
+  runtime rt{cfg()};
+  define(rt);
+  rt.start();
+  EXPECT_EQ(rt.retrieve_workflow<std::string>("m").get(10s), "xy");
+}
+
+TEST_F(waits_test, recv_times_out_on_the_clock_and_replay_keeps_the_timeout) {
+  runtime rt{cfg()};
+  rt.register_workflow("wait", [](workflow_context& ctx) -> task<std::string> {
+    auto got = co_await ctx.recv<int>("t", 10min);
+    co_return got ? std::to_string(*got) : std::string{"timeout"};
+  });
+  rt.start();
+  auto h = rt.start_workflow<std::string>("wait", {.id = "w"});
+  ASSERT_TRUE(eventually([&] { return entries("w", persistence::entry_kind::deadline) == 1; }));
+  clock_->advance(9min);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(h.status(), run_status::pending);
+  clock_->advance(2min);
+  EXPECT_EQ(h.get(10s), "timeout");
+  // A message after the timeout changes nothing.
+  rt.send("w", "t", 5);
+  EXPECT_EQ(h.get(1s), "timeout");
+}
+
+TEST_F(waits_test, after_a_restart_recv_waits_only_the_rest_of_its_timeout) {
+  auto define = [](runtime& rt) {
+    rt.register_workflow("wait", [](workflow_context& ctx) -> task<std::string> {
+      auto got = co_await ctx.recv<int>("t", 10min);
+      co_return got ? std::to_string(*got) : std::string{"timeout"};
+    });
+  };
+  {
+    runtime rt{cfg()};
+    define(rt);
+    rt.start();
+    rt.start_workflow<std::string>("wait", {.id = "w"});
+    ASSERT_TRUE(eventually([&] { return entries("w", persistence::entry_kind::deadline) == 1; }));
+  }
+  clock_->advance(8min);
+  runtime rt{cfg()};
+  define(rt);
+  rt.start();
+  auto h = rt.retrieve_workflow<std::string>("w");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(h.status(), run_status::pending);
+  clock_->advance(3min); // 11 minutes after the deadline was recorded
+  EXPECT_EQ(h.get(10s), "timeout");
+}
+
+TEST_F(waits_test, a_message_before_the_timeout_wins) {
+  runtime rt{cfg()};
+  rt.register_workflow("wait", [](workflow_context& ctx) -> task<std::string> {
+    auto got = co_await ctx.recv<int>("t", 10min);
+    co_return got ? std::to_string(*got) : std::string{"timeout"};
+  });
+  rt.start();
+  auto h = rt.start_workflow<std::string>("wait", {.id = "w"});
+  ASSERT_TRUE(eventually([&] { return entries("w", persistence::entry_kind::deadline) == 1; }));
+  rt.send("w", "t", 5);
+  EXPECT_EQ(h.get(10s), "5");
+  clock_->advance(1h);
+  EXPECT_EQ(h.get(1s), "5");
+}
+
+// -- select -------------------------------------------------------------------------
+
+TEST_F(waits_test, select_records_the_first_wait_to_complete) {
+  std::atomic<bool> published{false};
+  std::string awk;
+  runtime rt{cfg()};
+  rt.register_workflow("race", [&](workflow_context& ctx) -> task<std::string> {
+    auto approval = co_await ctx.awakeable<std::string>();
+    co_await ctx.step("publish", [&] {
+      awk = approval.id();
+      published = true;
+    });
+    std::vector<wait_on> waits{ctx.on(approval), ctx.on_message("cancel")};
+    auto first = co_await ctx.select(std::move(waits));
+    if (first.index() == 0)
+      co_return "approved by " + first.value<std::string>();
+    co_return "cancelled: " + first.value<std::string>();
+  });
+  rt.start();
+  auto h = rt.start_workflow<std::string>("race", {.id = "x"});
+  ASSERT_TRUE(eventually([&] { return published.load(); }));
+  rt.send("x", "cancel", std::string{"customer"});
+  EXPECT_EQ(h.get(10s), "cancelled: customer");
+  // The later resolution is stored but changes nothing, also on replay.
+  rt.resolve_awakeable(awk, std::string{"boss"});
+  auto journal = store_->load_journals({"x"});
+  ASSERT_EQ(journal.size(), 3u);
+  EXPECT_EQ(journal[2].payload.substr(0, 2), "1:") << "the winner is recorded";
+}
+
+TEST_F(waits_test, select_within_a_timeout_reports_the_timeout) {
+  runtime rt{cfg()};
+  rt.register_workflow("race", [](workflow_context& ctx) -> task<int> {
+    std::vector<wait_on> waits{ctx.on_message("a"), ctx.on_promise("b")};
+    auto first = co_await ctx.select_within(30s, std::move(waits));
+    co_return first.index();
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("race", {.id = "y"});
+  ASSERT_TRUE(eventually([&] { return entries("y", persistence::entry_kind::deadline) == 1; }));
+  clock_->advance(31s);
+  EXPECT_EQ(h.get(10s), -1);
+}
+
+// -- events -----------------------------------------------------------------------------
+
+TEST_F(waits_test, events_are_published_durably_and_read_with_a_timeout) {
+  runtime rt{cfg()};
+  std::atomic<bool> gate{false};
+  rt.register_workflow("progress", [&](workflow_context& ctx) -> task<int> {
+    co_await ctx.set_event("stage", std::string{"charging"});
+    co_await ctx.step("hold", [&] {
+      while (!gate.load())
+        std::this_thread::sleep_for(1ms);
+    });
+    co_await ctx.set_event("stage", std::string{"shipped"});
+    co_return 1;
+  });
+  rt.start();
+  EXPECT_FALSE(rt.get_event<std::string>("p", "stage").has_value());
+  auto h = rt.start_workflow<int>("progress", {.id = "p"});
+  EXPECT_EQ(rt.get_event<std::string>("p", "stage", 10s), "charging");
+  EXPECT_FALSE(rt.get_event<std::string>("p", "other", 50ms).has_value());
+  gate = true;
+  EXPECT_EQ(h.get(10s), 1);
+  EXPECT_EQ(rt.get_event<std::string>("p", "stage"), "shipped");
+  EXPECT_EQ(entries("p", persistence::entry_kind::event), 2);
+}
+
+// -- child workflows ---------------------------------------------------------------------
+
+namespace {
+
+struct family {
+  std::atomic<int> child_runs{0};
+
+  void define(runtime& rt) {
+    rt.register_workflow("child", [this](workflow_context& ctx, int x) -> task<int> {
+      co_return co_await ctx.step("work", [this, x] {
+        ++child_runs;
+        return x * 2;
+      });
+    });
+    rt.register_workflow("parent", [](workflow_context& ctx, int x) -> task<int> {
+      auto c = co_await ctx.start_child<int>("child", x);
+      auto doubled = co_await c;
+      co_return doubled + 1;
+    });
+    rt.register_workflow("bad-parent", [](workflow_context& ctx) -> task<std::string> {
+      try {
+        co_await ctx.start_child<int>("no-such-workflow", 1);
+        co_return std::string{"started"};
+      } catch (const terminal_error& ex) {
+        co_return std::string{ex.what()};
+      }
+    });
+  }
+};
+
+} // namespace
+
+TEST_F(waits_test, a_child_runs_once_and_its_parent_gets_its_output) {
+  family f;
+  runtime rt{cfg()};
+  f.define(rt);
+  rt.start();
+  EXPECT_EQ(rt.start_workflow<int>("parent", 20, {.id = "p"}).get(10s), 41);
+  EXPECT_EQ(f.child_runs.load(), 1);
+  auto child = store_->get_run("p.0");
+  ASSERT_TRUE(child.has_value());
+  EXPECT_EQ(child->parent_id, std::optional<std::string>{"p"});
+  EXPECT_EQ(child->status, run_status::success);
+  EXPECT_NE(rt.start_workflow<std::string>("bad-parent", {.id = "b"}).get(10s).find(
+              "no workflow registered"),
+            std::string::npos);
+}
+
+TEST_F(waits_test, a_failed_child_surfaces_in_the_parent) {
+  runtime rt{cfg()};
+  rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+    co_await ctx.step("boom", [] { throw terminal_error("out of stock"); });
+    co_return 0;
+  });
+  rt.register_workflow("parent", [](workflow_context& ctx) -> task<std::string> {
+    auto c = co_await ctx.start_child<int>("child", 0);
+    try {
+      co_await c;
+      co_return std::string{"ok"};
+    } catch (const terminal_error& ex) {
+      co_return std::string{ex.what()};
+    }
+  });
+  rt.start();
+  auto out = rt.start_workflow<std::string>("parent", {.id = "p"}).get(10s);
+  EXPECT_NE(out.find("out of stock"), std::string::npos) << out;
+  EXPECT_NE(out.find("ERROR"), std::string::npos) << out;
+}
+
+TEST_F(waits_test, cancelling_a_parent_cancels_its_waiting_children) {
+  runtime rt{cfg()};
+  rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+    co_await ctx.sleep(1h);
+    co_return 1;
+  });
+  rt.register_workflow("parent", [](workflow_context& ctx) -> task<int> {
+    auto c = co_await ctx.start_child<int>("child", 0);
+    co_return co_await c;
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("parent", {.id = "p"});
+  ASSERT_TRUE(eventually([&] { return entries("p.0", persistence::entry_kind::sleep) == 1; }));
+  h.cancel();
+  EXPECT_THROW(h.get(5s), error);
+  EXPECT_EQ(rt.retrieve_workflow<int>("p.0").status(), run_status::cancelled);
+}
+
+TEST_F(waits_test, a_passivated_parent_is_woken_by_its_childs_end) {
+  runtime rt{[&] {
+    auto c = cfg();
+    c.passivate_after = 50ms;
+    return c;
+  }()};
+  std::atomic<bool> gate{false};
+  rt.register_workflow("child", [&](workflow_context& ctx) -> task<int> {
+    co_await ctx.promise<int>("go");
+    co_return 5;
+  });
+  rt.register_workflow("parent", [](workflow_context& ctx) -> task<int> {
+    auto c = co_await ctx.start_child<int>("child", 0);
+    co_return co_await c + 1;
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("parent", {.id = "p"});
+  ASSERT_TRUE(eventually([&] {
+    clock_->advance(1s);
+    auto r = store_->get_run("p");
+    return r && r->wake_at_ms.has_value();
+  }));
+  rt.resolve_promise("p.0", "go", 1);
+  EXPECT_EQ(h.get(10s), 6);
+}
+
+// The parent's process is SIGKILLed right after the child's start was
+// checkpointed, again and again: the child still runs exactly once.
+TEST_F(waits_test, a_child_is_started_exactly_once_under_crashes) {
+  test::sql_client sql{db_};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      runtime rt{db_.runtime_config()};
+      rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+        co_await ctx.sleep(2s);
+        co_return 1;
+      });
+      rt.register_workflow("parent", [](workflow_context& ctx) -> task<int> {
+        auto c = co_await ctx.start_child<int>("child", 0);
+        co_return co_await c;
+      });
+      rt.start();
+      rt.start_workflow<int>("parent", {.id = "p"});
+      pause();
+      _exit(0);
+    }
+    eventually([&] { return entries("p", persistence::entry_kind::child) == 1; });
+    std::this_thread::sleep_for(std::chrono::milliseconds{30 * attempt});
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+    co_await ctx.sleep(2s);
+    co_return 1;
+  });
+  rt.register_workflow("parent", [](workflow_context& ctx) -> task<int> {
+    auto c = co_await ctx.start_child<int>("child", 0);
+    co_return co_await c;
+  });
+  rt.start();
+  EXPECT_EQ(rt.retrieve_workflow<int>("p").get(15s), 1);
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                         + " WHERE parent_id = $1",
+                       {std::string{"p"}}),
+            "1");
+  EXPECT_EQ(entries("p", persistence::entry_kind::child), 1);
+  EXPECT_EQ(entries("p.0", persistence::entry_kind::sleep), 1)
+    << "the child's sleep was recorded more than once";
+}
