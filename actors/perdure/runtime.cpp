@@ -123,8 +123,12 @@ void runtime_impl::start() {
   system_cfg->set("scheduler.policy", caf::atom("sharing"));
   system = std::make_unique<caf::actor_system>(*system_cfg);
   forget_caf_logger();
-  timers = std::make_unique<timer_service>(
-    clock, [this](const timer& t) { wake(t.run_id, t.seq); });
+  timers = std::make_unique<timer_service>(clock, [this](const timer& t) {
+    if (t.seq == deadline_seq)
+      steps->post([this, id = t.run_id] { deadline_passed(id); });
+    else
+      wake(t.run_id, t.seq);
+  });
   {
     std::lock_guard guard{active_mtx_};
     running_ = true;
@@ -139,6 +143,9 @@ void runtime_impl::recover() {
   // Passivated runs stay out of memory: their timer brings them back (a
   // delivery clears the wake-up time, so those are loaded now).
   auto now = clock->now_ms();
+  for (auto& run : runs)
+    if (run.deadline_ms)
+      timers->schedule({*run.deadline_ms, run.id, deadline_seq});
   std::erase_if(runs, [&](const persistence::run_record& run) {
     if (!run.wake_at_ms || *run.wake_at_ms <= now)
       return false;
@@ -213,6 +220,20 @@ void runtime_impl::stop() {
   tx_stores.reset();
   std::lock_guard guard{control_mtx_};
   control_.reset();
+}
+
+void runtime_impl::deadline_passed(const std::string& id) {
+  try {
+    auto ids = tx_stores->with(
+      [&](persistence::store& db) { return db.cancel_run(id, clock->now_ms()); });
+    if (!ids.empty())
+      spdlog::info("perdure: run {} passed its deadline: cancelled", id);
+    for (auto& c : ids)
+      cancelled(c);
+  } catch (const std::exception& ex) {
+    spdlog::error("perdure: could not cancel run {} at its deadline: {}", id,
+                  ex.what());
+  }
 }
 
 void runtime_impl::cancelled(const std::string& id) {
@@ -484,6 +505,8 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   run.owner = {impl_->cfg.executor_id, 1};
   run.app_version = impl_->cfg.app_version;
   run.created_at_ms = detail::now_ms();
+  if (opts.timeout.count() > 0)
+    run.deadline_ms = impl_->clock->now_ms() + opts.timeout.count();
   detail::runtime_impl::client_call call{*impl_};
   // Through the group-commit writer: starts from many threads share a
   // commit. Durable first, then delivered: the run exists before its actor.
@@ -494,6 +517,9 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   });
   switch (ack.get()) {
     case persistence::write_ack::committed:
+      if (run.deadline_ms)
+        impl_->timers->schedule(
+          {*run.deadline_ms, run.id, detail::deadline_seq});
       impl_->spawn_run(std::move(run), {});
       return opts.id;
     case persistence::write_ack::failed:

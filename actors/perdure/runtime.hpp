@@ -18,6 +18,9 @@ struct start_options {
   /// The workflow id, which is also its idempotency key: starting again with
   /// the same id returns the existing run. Empty: a fresh random id.
   std::string id;
+  /// Cancel the run (and its children) if it has not ended this long after
+  /// its start; zero: no deadline. Survives restarts.
+  std::chrono::milliseconds timeout{0};
 };
 
 /// Owns everything that runs durable code in this process: the CAF actor

@@ -440,3 +440,43 @@ TEST_F(timers_test, cancelling_an_ended_run_changes_nothing) {
   EXPECT_EQ(h.status(), run_status::success);
   EXPECT_EQ(h.get(1s), 1);
 }
+
+TEST_F(timers_test, a_deadline_cancels_the_run_also_after_a_restart) {
+  napper n;
+  {
+    runtime rt{cfg()};
+    n.define(rt);
+    rt.start();
+    auto h = rt.start_workflow<int>("nap", {.id = "d1", .timeout = 30min});
+    rt.start_workflow<int>("nap", {.id = "d2", .timeout = 30min});
+    ASSERT_TRUE(eventually([&] { return has_entry("d1", persistence::entry_kind::sleep); }));
+    clock_->advance(31min);
+    try {
+      h.get(5s);
+      FAIL() << "a run past its deadline returned";
+    } catch (const error& ex) {
+      EXPECT_EQ(ex.code(), errc::workflow_cancelled);
+    }
+    clock_->set(clock_->now() - 31min); // never backwards: no effect
+  }
+  // d2 was cancelled too (same deadline, same process) -- start a new one
+  // whose deadline must survive the restart.
+  EXPECT_EQ(store_->get_run("d2")->status, run_status::cancelled);
+  {
+    runtime rt{cfg()};
+    n.define(rt);
+    rt.start();
+    rt.start_workflow<int>("nap", {.id = "d3", .timeout = 30min});
+    ASSERT_TRUE(eventually([&] { return has_entry("d3", persistence::entry_kind::sleep); }));
+  }
+  runtime rt{cfg()};
+  n.define(rt);
+  rt.start();
+  clock_->advance(29min);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(store_->get_run("d3")->status, run_status::pending);
+  clock_->advance(2min);
+  EXPECT_THROW(rt.retrieve_workflow<int>("d3").get(5s), error);
+  EXPECT_EQ(store_->get_run("d3")->status, run_status::cancelled);
+  EXPECT_EQ(n.after.load(), 0);
+}

@@ -20,6 +20,9 @@ using wake_atom = caf::atom_constant<caf::atom("wake")>;
 /// Tells a run actor that its run was cancelled in the store.
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 
+/// The `seq` of a run's deadline timer (cancels it).
+constexpr std::int32_t deadline_seq = -2;
+
 /// The wake-up time of a run passivated until a delivery (no timer).
 constexpr std::int64_t passivated_forever
   = std::numeric_limits<std::int64_t>::max();

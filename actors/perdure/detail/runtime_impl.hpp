@@ -85,6 +85,9 @@ public:
   /// passivated run of this executor back.
   void wake(const std::string& id, std::int32_t seq);
 
+  /// Run `id`'s deadline came: cancels it (on the step executor).
+  void deadline_passed(const std::string& id);
+
   /// Run `id` was cancelled in the store: stops its actor, if any.
   void cancelled(const std::string& id);
 

@@ -91,7 +91,7 @@ std::optional<std::string> opt_text(const pqxx::field& f) {
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id";
+    "parent_id, deadline";
 
 /// Reads the run columns starting at column `first`.
 run_record read_run(const pqxx::row& all, int first = 0) {
@@ -116,6 +116,8 @@ run_record read_run(const pqxx::row& all, int first = 0) {
   if (!row(12).is_null())
     r.wake_at_ms = row(12).as<std::int64_t>();
   r.parent_id = opt_text(row(13));
+  if (!row(14).is_null())
+    r.deadline_ms = row(14).as<std::int64_t>();
   return r;
 }
 
@@ -174,9 +176,9 @@ void postgres_store::connect() {
   c->prepare("create_run",
              "WITH ins AS (INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
-                 "app_version, created_at, updated_at, parent_id) VALUES ($1, "
-                 "$2, $3, $4, $5, $6, $7, $8, $8, $9) ON CONFLICT (id) DO "
-                 "NOTHING "
+                 "app_version, created_at, updated_at, parent_id, deadline) "
+                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10) ON "
+                 "CONFLICT (id) DO NOTHING "
                  "RETURNING "
                + run_columns + ") SELECT true, " + run_columns
                + " FROM ins UNION ALL SELECT false, " + run_columns + " FROM "
@@ -186,13 +188,14 @@ void postgres_store::connect() {
   c->prepare("create_runs",
              "INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
-                 "app_version, created_at, updated_at, parent_id) SELECT i.id, "
-                 "i.name, i.status, decode(i.inputs, 'hex'), i.executor, "
-                 "i.epoch, i.app_version, i.created_at, i.created_at, i.parent "
-                 "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], "
-                 "$5::text[], $6::bigint[], $7::text[], $8::bigint[], "
-                 "$9::text[]) AS i(id, name, status, inputs, executor, epoch, "
-                 "app_version, created_at, parent) ON CONFLICT (id) DO NOTHING "
+                 "app_version, created_at, updated_at, parent_id, deadline) "
+                 "SELECT i.id, i.name, i.status, decode(i.inputs, 'hex'), "
+                 "i.executor, i.epoch, i.app_version, i.created_at, "
+                 "i.created_at, i.parent, i.deadline FROM unnest($1::text[], "
+                 "$2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], "
+                 "$7::text[], $8::bigint[], $9::text[], $10::bigint[]) AS i(id, "
+                 "name, status, inputs, executor, epoch, app_version, "
+                 "created_at, parent, deadline) ON CONFLICT (id) DO NOTHING "
                  "RETURNING id");
   c->prepare("set_wake_at",
              "UPDATE " + s
@@ -363,7 +366,8 @@ create_result postgres_store::create_run(const run_record& run) {
                   pqxx::binarystring{run.inputs.data(), run.inputs.size()})(
                   run.owner.executor)(run.owner.epoch)(run.app_version)(
                   run.created_at_ms)(run.parent_id.value_or(std::string{}),
-                                     run.parent_id.has_value())
+                                     run.parent_id.has_value())(
+                  run.deadline_ms.value_or(0), run.deadline_ms.has_value())
                  .exec();
     if (res.empty()) {
       // Another transaction inserted it and has not committed yet: retry.
@@ -379,9 +383,12 @@ create_result postgres_store::create_run(const run_record& run) {
 std::vector<bool>
 postgres_store::create_runs(const std::vector<run_record>& runs) {
   detail::pg_array ids, names, statuses, inputs, execs, epochs, versions, ats,
-    parents;
+    parents, deadlines;
   for (auto& run : runs) {
     parents.add_opt(run.parent_id);
+    deadlines.add_opt(run.deadline_ms ? std::optional{std::to_string(
+                                          *run.deadline_ms)}
+                                      : std::nullopt);
     ids.add(run.id);
     names.add(run.name);
     statuses.add(to_string(run.status));
@@ -397,7 +404,8 @@ postgres_store::create_runs(const std::vector<run_record>& runs) {
     for (const auto& row :
          w.exec_prepared("create_runs", ids.str(), names.str(), statuses.str(),
                          inputs.str(), execs.str(), epochs.str(),
-                         versions.str(), ats.str(), parents.str()))
+                         versions.str(), ats.str(), parents.str(),
+                         deadlines.str()))
       inserted.insert(row[0].as<std::string>());
     // A re-sent batch (in-doubt commit) finds its own runs: not "inserted"
     // by this call, which callers resolve by reading the run.

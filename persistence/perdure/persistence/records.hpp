@@ -40,6 +40,8 @@ struct run_record {
   std::optional<std::int64_t> wake_at_ms;
   /// The run that started this one as its child, if any.
   std::optional<std::string> parent_id;
+  /// When the run is cancelled if it has not ended (ms since the epoch).
+  std::optional<std::int64_t> deadline_ms;
 };
 
 /// What kind of durable operation a journal entry records. Replay compares

@@ -96,6 +96,10 @@ public:
     return *this;
   }
 
+  statement& bind_opt_int(int i, const std::optional<std::int64_t>& x) {
+    return x ? bind(i, *x) : bind_null(i);
+  }
+
   statement& bind_null(int i) {
     check(sqlite3_bind_null(stmt_, i));
     return *this;
@@ -233,7 +237,7 @@ private:
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id";
+    "parent_id, deadline";
 
 template <class Statement>
 run_record read_run(Statement& st) {
@@ -257,6 +261,8 @@ run_record read_run(Statement& st) {
   if (!st.is_null(12))
     r.wake_at_ms = st.int64(12);
   r.parent_id = st.opt_text(13);
+  if (!st.is_null(14))
+    r.deadline_ms = st.int64(14);
   return r;
 }
 
@@ -375,8 +381,9 @@ create_result sqlite_store::create_run(const run_record& run) {
     create_result result;
     auto& ins = prepare(
       "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
-      "app_version, created_at, updated_at, parent_id) VALUES (?1, ?2, ?3, "
-      "?4, ?5, ?6, ?7, ?8, ?8, ?9) ON CONFLICT (id) DO NOTHING");
+      "app_version, created_at, updated_at, parent_id, deadline) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10) ON CONFLICT (id) DO "
+      "NOTHING");
     ins.bind(1, run.id)
       .bind(2, run.name)
       .bind(3, to_string(run.status))
@@ -386,6 +393,7 @@ create_result sqlite_store::create_run(const run_record& run) {
       .bind(7, run.app_version)
       .bind(8, run.created_at_ms)
       .bind_opt(9, run.parent_id)
+            .bind_opt_int(10, run.deadline_ms)
       .run();
     result.created = sqlite3_changes(db_) == 1;
     auto& sel = prepare(std::string{"SELECT "} + run_columns
@@ -405,8 +413,9 @@ std::vector<bool> sqlite_store::create_runs(const std::vector<run_record>& runs)
     created.reserve(runs.size());
     auto& ins = prepare(
       "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
-      "app_version, created_at, updated_at, parent_id) VALUES (?1, ?2, ?3, "
-      "?4, ?5, ?6, ?7, ?8, ?8, ?9) ON CONFLICT (id) DO NOTHING");
+      "app_version, created_at, updated_at, parent_id, deadline) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10) ON CONFLICT (id) DO "
+      "NOTHING");
     for (auto& run : runs) {
       ins.reset()
         .bind(1, run.id)
@@ -418,6 +427,7 @@ std::vector<bool> sqlite_store::create_runs(const std::vector<run_record>& runs)
         .bind(7, run.app_version)
         .bind(8, run.created_at_ms)
         .bind_opt(9, run.parent_id)
+                .bind_opt_int(10, run.deadline_ms)
         .run();
       created.push_back(sqlite3_changes(db_) == 1);
     }

@@ -39,6 +39,7 @@ std::vector<migration> sqlite_migrations() {
      {
        "ALTER TABLE runs ADD COLUMN wake_at INTEGER",
        "ALTER TABLE runs ADD COLUMN parent_id TEXT",
+       "ALTER TABLE runs ADD COLUMN deadline INTEGER",
        "CREATE INDEX runs_parent ON runs (parent_id) WHERE parent_id IS NOT "
        "NULL",
        "CREATE TABLE resolutions ("
@@ -103,6 +104,7 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      {
        "ALTER TABLE " + s + "runs ADD COLUMN wake_at BIGINT",
        "ALTER TABLE " + s + "runs ADD COLUMN parent_id TEXT",
+       "ALTER TABLE " + s + "runs ADD COLUMN deadline BIGINT",
        "CREATE INDEX runs_parent ON " + s
          + "runs (parent_id) WHERE parent_id IS NOT NULL",
        "CREATE TABLE " + s + "resolutions ("
