@@ -134,6 +134,15 @@ void runtime_impl::start() {
     running_ = true;
   }
   recover();
+  listener = persistence::listen_for_deliveries(
+    opts, [this](const std::string& notice) {
+      if (notice == "*")
+        steps->post([this] { sweep(); });
+      else if (notice.size() > 2 && notice[0] == 'w')
+        wake(notice.substr(2), -1);
+      else if (notice.size() > 2 && notice[0] == 'c')
+        cancelled(notice.substr(2));
+    });
 }
 
 void runtime_impl::recover() {
@@ -209,8 +218,9 @@ void runtime_impl::stop() {
   for (auto& a : actors)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   actors.clear();
-  // Order matters: no timer may wake a run, and no actor may use the
-  // executor or the writer afterwards.
+  // Order matters: no notice or timer may wake a run, and no actor may use
+  // the executor or the writer afterwards.
+  listener.reset();
   timers.reset();
   system->await_all_actors_done();
   steps.reset();
@@ -220,6 +230,33 @@ void runtime_impl::stop() {
   tx_stores.reset();
   std::lock_guard guard{control_mtx_};
   control_.reset();
+}
+
+void runtime_impl::announce(char kind, const std::string& id) {
+  if (is_active(id))
+    return;
+  try {
+    tx_stores->with([&](persistence::store& db) {
+      db.notify(std::string{kind} + ":" + id);
+    });
+  } catch (const std::exception& ex) {
+    // Stored anyway: the owner's sweep finds it.
+    spdlog::warn("perdure: could not announce a delivery to run {}: {}", id,
+                 ex.what());
+  }
+}
+
+void runtime_impl::sweep() {
+  try {
+    auto ids = tx_stores->with([&](persistence::store& db) {
+      return db.awake_runs(cfg.executor_id);
+    });
+    for (auto& id : ids)
+      if (!is_active(id))
+        revive(id);
+  } catch (const std::exception& ex) {
+    spdlog::warn("perdure: sweep failed: {}", ex.what());
+  }
 }
 
 void runtime_impl::deadline_passed(const std::string& id) {
@@ -427,8 +464,10 @@ void cancel_run(runtime_impl& rt, const std::string& id) {
       throw error(errc::not_found, "no workflow run with id '" + id + "'");
     return; // it had ended already
   }
-  for (auto& c : cancelled)
+  for (auto& c : cancelled) {
+    rt.announce('c', c);
     rt.cancelled(c);
+  }
 }
 
 void throw_run_failure(const std::string& id, const run_outcome& outcome) {
@@ -589,6 +628,7 @@ void store_resolution(detail::runtime_impl& rt, persistence::resolution& r,
                   what + " was already resolved or rejected");
     case persistence::resolve_result::resolved:
       rt.wake(r.run_id, -1);
+      rt.announce('w', r.run_id);
       return;
   }
 }
@@ -648,6 +688,7 @@ void runtime::send_bytes(const std::string& workflow_id,
     throw error(errc::not_found, "no workflow run with id '"
                                    + persistence::valid_text(workflow_id) + "'");
   impl_->wake(workflow_id, -1);
+  impl_->announce('w', workflow_id);
 }
 
 std::optional<std::string>

@@ -460,3 +460,43 @@ TEST_F(waits_test, a_child_is_started_exactly_once_under_crashes) {
   EXPECT_EQ(entries("p.0", persistence::entry_kind::sleep), 1)
     << "the child's sleep was recorded more than once";
 }
+
+// -- across processes (PostgreSQL: LISTEN/NOTIFY) ------------------------------------
+
+TEST_F(waits_test, deliveries_from_another_process_reach_a_waiting_run_promptly) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "SQLite serves one process";
+  runtime owner{cfg("owner")};
+  std::atomic<bool> published{false};
+  std::string id;
+  owner.register_workflow("wait", [&](workflow_context& ctx) -> task<int> {
+    auto a = co_await ctx.awakeable<int>();
+    co_await ctx.step("publish", [&] {
+      id = a.id();
+      published = true;
+    });
+    auto v = co_await a;
+    auto m = co_await ctx.recv<int>("more");
+    co_return v + m;
+  });
+  owner.register_workflow("nap", [](workflow_context& ctx) -> task<int> {
+    co_await ctx.sleep(1h);
+    co_return 0;
+  });
+  owner.start();
+  auto h = owner.start_workflow<int>("wait", {.id = "x"});
+  auto sleeper = owner.start_workflow<int>("nap", {.id = "z"});
+  ASSERT_TRUE(eventually([&] { return published.load(); }));
+  runtime other{cfg("other")}; // another process, for what it is concerned
+  other.start();
+  auto t0 = std::chrono::steady_clock::now();
+  other.resolve_awakeable(id, 40);
+  other.send("x", "more", 2);
+  EXPECT_EQ(h.get(5s), 42);
+  // Well under the 10 s passivation threshold and the 5 s polling fallback.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  t0 = std::chrono::steady_clock::now();
+  other.cancel("z");
+  EXPECT_THROW(sleeper.get(5s), error);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+}

@@ -18,6 +18,7 @@
 #include "perdure/detail/store_pool.hpp"
 #include "perdure/detail/workflow_entry.hpp"
 #include "perdure/error.hpp"
+#include "perdure/persistence/delivery_listener.hpp"
 #include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/store.hpp"
 #include "perdure/workflow_handle.hpp"
@@ -44,6 +45,8 @@ public:
   /// The time source of durable timers (never null once constructed).
   std::shared_ptr<perdure::clock> clock;
   std::unique_ptr<timer_service> timers;
+  /// Deliveries made by other processes (PostgreSQL only).
+  std::unique_ptr<persistence::delivery_listener> listener;
 
   /// Returns whether `start()` ran and `stop()` did not.
   bool running() const;
@@ -84,6 +87,14 @@ public:
   /// or its timer for operation `seq` is due: tells its actor, or brings a
   /// passivated run of this executor back.
   void wake(const std::string& id, std::int32_t seq);
+
+  /// Tells the processes sharing the database that run `id` was woken
+  /// (`kind` 'w') or cancelled ('c'), unless it runs here.
+  void announce(char kind, const std::string& id);
+
+  /// Brings back this executor's runs that should be in memory and are not
+  /// (a delivery from another process while passivated).
+  void sweep();
 
   /// Run `id`'s deadline came: cancels it (on the step executor).
   void deadline_passed(const std::string& id);

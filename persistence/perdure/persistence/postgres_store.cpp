@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/retry.hpp"
@@ -221,6 +222,11 @@ void postgres_store::connect() {
                + "resolutions (id, run_id, seq, outcome, payload, error, "
                  "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT "
                  "(id) DO NOTHING");
+  c->prepare("notify", "SELECT pg_notify($1, $2)");
+  c->prepare("awake_runs",
+             "SELECT id FROM " + s
+               + "runs WHERE executor = $1 AND status = 'PENDING' AND wake_at "
+                 "IS NULL");
   c->prepare("run_exists",
              "SELECT 1 FROM " + s + "runs WHERE id = $1");
   c->prepare("send_message",
@@ -479,6 +485,25 @@ postgres_store::get_resolution(std::string_view id) {
     r.error = row[5].is_null() ? std::string{} : row[5].as<std::string>();
     r.at_ms = row[6].as<std::int64_t>();
     return r;
+  });
+}
+
+void postgres_store::notify(std::string_view payload) {
+  with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    w.exec_prepared("notify", detail::delivery_channel(schema_),
+                    std::string{payload});
+  });
+}
+
+std::vector<std::string>
+postgres_store::awake_runs(std::string_view executor) {
+  return with_retry([&] {
+    pqxx::read_transaction t{*conn_};
+    std::vector<std::string> ids;
+    for (const auto& row : t.exec_prepared("awake_runs", std::string{executor}))
+      ids.push_back(row[0].as<std::string>());
+    return ids;
   });
 }
 

@@ -521,6 +521,23 @@ std::optional<resolution> sqlite_store::get_resolution(std::string_view id) {
   });
 }
 
+void sqlite_store::notify(std::string_view) {
+  // One process: deliveries reach their runs by in-process calls.
+}
+
+std::vector<std::string> sqlite_store::awake_runs(std::string_view executor) {
+  return with_retry([&] {
+    auto& st = prepare("SELECT id FROM runs WHERE executor = ?1 AND status = "
+                       "'PENDING' AND wake_at IS NULL");
+    st.bind(1, executor);
+    std::vector<std::string> ids;
+    while (st.step())
+      ids.push_back(st.text(0));
+    st.reset();
+    return ids;
+  });
+}
+
 bool sqlite_store::send_message(std::string_view run_id,
                                 std::string_view topic,
                                 std::string_view payload, std::int64_t at_ms) {

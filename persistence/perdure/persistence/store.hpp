@@ -95,6 +95,14 @@ public:
   /// Returns the stored outcome of awakeable `id`, if any.
   virtual std::optional<resolution> get_resolution(std::string_view id) = 0;
 
+  /// Tells every process listening on this database (`delivery_listener`)
+  /// `payload`, after the current transaction. A no-op on SQLite.
+  virtual void notify(std::string_view payload) = 0;
+
+  /// Returns the PENDING runs of `executor` with no wake-up time: the ones
+  /// that should be in memory (a sweep revives those that are not).
+  virtual std::vector<std::string> awake_runs(std::string_view executor) = 0;
+
   // -- messages and events -----------------------------------------------------
 
   /// Queues `payload` for run `run_id` on `topic` and clears the run's

@@ -1,0 +1,89 @@
+#include "perdure/persistence/delivery_listener.hpp"
+
+#include <pqxx/pqxx>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "perdure/persistence/detail/channel.hpp"
+
+namespace perdure::persistence {
+
+namespace {
+
+class pg_listener final : public delivery_listener {
+public:
+  pg_listener(store_options opts, callback on_notice)
+    : opts_(std::move(opts)), on_notice_(std::move(on_notice)) {
+    thread_ = std::thread{[this] { run(); }};
+  }
+
+  ~pg_listener() override {
+    stopping_ = true;
+    thread_.join();
+  }
+
+private:
+  struct receiver final : pqxx::notification_receiver {
+    receiver(pqxx::connection_base& c, const std::string& channel,
+             const callback& f)
+      : notification_receiver(c, channel), f_(f) {
+    }
+
+    void operator()(const std::string& payload, int) override {
+      f_(payload);
+    }
+
+    const callback& f_;
+  };
+
+  void run() {
+    using namespace std::chrono_literals;
+    while (!stopping_) {
+      try {
+        pqxx::connection conn{opts_.url};
+        receiver r{conn, detail::delivery_channel(opts_.schema), on_notice_};
+        conn.get_notifs(); // LISTEN is in effect from here on
+        on_notice_("*");   // anything sent before now: look at the store
+        // Polling as the fallback: every few quiet seconds, look anyway (a
+        // notice is lost if its sender crashed between commit and NOTIFY).
+        int quiet = 0;
+        while (!stopping_) {
+          if (conn.await_notification(0, 200'000) > 0)
+            quiet = 0;
+          else if (++quiet == 25) {
+            quiet = 0;
+            on_notice_("*");
+          }
+        }
+      } catch (const std::exception& ex) {
+        if (stopping_)
+          return;
+        spdlog::warn("perdure: delivery listener lost its connection ({}); "
+                     "reconnecting",
+                     ex.what());
+        for (int i = 0; i < 10 && !stopping_; ++i)
+          std::this_thread::sleep_for(50ms);
+      }
+    }
+  }
+
+  store_options opts_;
+  callback on_notice_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+} // namespace
+
+std::unique_ptr<delivery_listener>
+listen_for_deliveries(const store_options& opts,
+                      delivery_listener::callback on_notice) {
+  if (opts.url.rfind("postgres", 0) != 0)
+    return nullptr;
+  return std::make_unique<pg_listener>(opts, std::move(on_notice));
+}
+
+} // namespace perdure::persistence

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "perdure/persistence/store.hpp"
+
+namespace perdure::persistence {
+
+/// Hears what other processes delivered to runs (awakeables resolved,
+/// messages sent, cancellations): PostgreSQL LISTEN on a connection of its
+/// own, on a thread of its own. Each `store::notify` payload arrives as one
+/// call; `"*"` means "notices may have been missed" (after connecting or
+/// reconnecting), so the receiver should look at the store itself.
+class delivery_listener {
+public:
+  using callback = std::function<void(const std::string& payload)>;
+
+  virtual ~delivery_listener() = default;
+};
+
+/// Starts listening on the database of `opts`, calling `on_notice` on the
+/// listener's thread. Returns null for SQLite (one process: deliveries are
+/// in-process calls).
+std::unique_ptr<delivery_listener>
+listen_for_deliveries(const store_options& opts,
+                      delivery_listener::callback on_notice);
+
+} // namespace perdure::persistence
