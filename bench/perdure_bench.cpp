@@ -6,7 +6,9 @@
 //   perdure-bench <scenario> --store pg|sqlite [--url URL] [--schema S]
 //                 [--workflows W] [--steps S] [--baseline-rows-per-s R]
 //
-// Scenarios: baseline, step_throughput, step_latency, recovery.
+// Scenarios: baseline, step_throughput, step_latency, recovery,
+// sleeping_memory (--workflows N runs sleeping an hour), timer_lateness
+// (--workflows N timers spread over --steps S seconds).
 
 #include <fcntl.h>
 #include <poll.h>
@@ -22,6 +24,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <malloc.h>
+#include <mutex>
 #include <iostream>
 #include <map>
 #include <random>
@@ -443,6 +448,160 @@ void recovery(const options& o) {
 
 } // namespace
 
+// -- sleeping_memory ------------------------------------------------------------
+
+/// Returns the bytes malloc has handed out and not taken back.
+double heap_bytes() {
+  return static_cast<double>(mallinfo2().uordblks);
+}
+
+/// Returns the threads of this process.
+double thread_count() {
+  std::ifstream status{"/proc/self/status"};
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0)
+      return std::stod(line.substr(8));
+  return 0;
+}
+
+task<int> sleep_an_hour(workflow_context& ctx) {
+  co_await ctx.sleep(1h);
+  co_return 0;
+}
+
+/// Starts `n` runs sleeping an hour from `clients` threads.
+void start_sleepers(runtime& rt, int n) {
+  auto clients = std::min(n, start_threads());
+  std::vector<std::jthread> starters;
+  for (int c = 0; c < clients; ++c)
+    starters.emplace_back([&, c] {
+      for (int w = c; w < n; w += clients)
+        rt.start_workflow<int>("sleeper");
+    });
+}
+
+/// Waits until `query` (a COUNT) reaches `n`.
+void wait_for_count(test::sql_client& sql, const std::string& query, long n) {
+  auto until = bench_clock::now() + 600s;
+  while (std::stol(sql.scalar(query)) < n) {
+    if (bench_clock::now() > until)
+      throw std::runtime_error("timed out waiting for: " + query);
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+/// Heap bytes per run: `n` runs sleeping an hour, kept in memory or
+/// passivated (`passivate_after` 0).
+double bytes_per_sleeping_run(const options& o, bool passivated,
+                              double& threads) {
+  auto db = database_for(o);
+  auto cfg = runtime_config(db);
+  cfg.passivate_after = passivated ? 0ms : 24h;
+  runtime rt{cfg};
+  rt.register_workflow("sleeper", sleep_an_hour);
+  rt.start();
+  test::sql_client sql{db};
+  malloc_trim(0);
+  auto before = heap_bytes();
+  start_sleepers(rt, o.workflows);
+  auto query = passivated
+                 ? "SELECT COUNT(*) FROM " + sql.table("runs")
+                     + " WHERE wake_at IS NOT NULL"
+                 : "SELECT COUNT(*) FROM " + sql.table("journal")
+                     + " WHERE kind = 'sleep'";
+  wait_for_count(sql, query, o.workflows);
+  std::this_thread::sleep_for(500ms); // the last acks and passivations land
+  malloc_trim(0);
+  auto after = heap_bytes();
+  threads = thread_count();
+  return (after - before) / o.workflows;
+}
+
+void sleeping_memory(const options& o) {
+  double threads_in_memory = 0, threads_passivated = 0;
+  auto in_memory = bytes_per_sleeping_run(o, false, threads_in_memory);
+  auto passivated = bytes_per_sleeping_run(o, true, threads_passivated);
+  header(o)
+    .add("runs", o.workflows)
+    .add("bytes_per_run_in_memory", in_memory)
+    .add("bytes_per_run_passivated", passivated)
+    .add("threads", std::max(threads_in_memory, threads_passivated))
+    .print();
+}
+
+// -- timer_lateness ----------------------------------------------------------------
+
+struct lateness_log {
+  std::mutex mtx;
+  std::vector<double> late_ms;
+};
+
+lateness_log lateness;
+
+/// Sleeps until the time given (ms since the epoch), then notes how late
+/// it woke (on the actor, right after the sleep).
+task<int> wake_at(workflow_context& ctx, std::int64_t due_ms) {
+  co_await ctx.sleep_until(
+    std::chrono::system_clock::time_point{std::chrono::milliseconds{due_ms}});
+  auto now = std::chrono::duration<double, std::milli>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  {
+    std::lock_guard guard{lateness.mtx};
+    lateness.late_ms.push_back(now - static_cast<double>(due_ms));
+  }
+  co_return 0;
+}
+
+void timer_lateness(const options& o) {
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  rt.register_workflow("wake_at", wake_at);
+  rt.start();
+  // Timers spread evenly over `window`, the first due `lead` after its
+  // run starts: every sleep is recorded before it is due.
+  auto window = std::chrono::milliseconds{o.steps * 1000};
+  auto lead = 5s;
+  auto clients = std::min(o.workflows, start_threads());
+  auto t0 = std::chrono::system_clock::now() + lead;
+  auto ms = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+             t.time_since_epoch())
+      .count();
+  };
+  std::vector<std::vector<workflow_handle<int>>> handles(
+    static_cast<size_t>(clients));
+  {
+    std::vector<std::jthread> starters;
+    for (int c = 0; c < clients; ++c)
+      starters.emplace_back([&, c] {
+        for (int w = c; w < o.workflows; w += clients) {
+          auto due = t0 + window * w / o.workflows;
+          due = std::max(due, std::chrono::system_clock::now() + lead);
+          handles[static_cast<size_t>(c)].push_back(
+            rt.start_workflow<int>("wake_at", ms(due)));
+        }
+      });
+  }
+  for (auto& mine : handles)
+    for (auto& h : mine)
+      h.get(600s);
+  auto& late = lateness.late_ms;
+  std::sort(late.begin(), late.end());
+  auto pct = [&](double p) {
+    return late[std::min(late.size() - 1,
+                         static_cast<size_t>(p * static_cast<double>(late.size())))];
+  };
+  header(o)
+    .add("timers", o.workflows)
+    .add("window_s", static_cast<double>(o.steps))
+    .add("p50_ms", pct(0.50))
+    .add("p99_ms", pct(0.99))
+    .add("max_ms", late.back())
+    .print();
+}
+
 int main(int argc, char** argv) {
   try {
     auto o = parse(argc, argv);
@@ -456,6 +615,10 @@ int main(int argc, char** argv) {
       step_latency(o);
     } else if (o.scenario == "recovery") {
       recovery(o);
+    } else if (o.scenario == "sleeping_memory") {
+      sleeping_memory(o);
+    } else if (o.scenario == "timer_lateness") {
+      timer_lateness(o);
     } else if (o.scenario == "recovery-child") {
       return recovery_child(o);
     } else {
