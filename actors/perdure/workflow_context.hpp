@@ -254,9 +254,7 @@ public:
 
 private:
   detail::sleep_awaiter sleep_until_ms(std::int64_t due_ms) {
-    auto op = next_operation(persistence::entry_kind::sleep, "sleep", {});
-    op.due_ms = due_ms;
-    return detail::sleep_awaiter{*core_, std::move(op)};
+    return detail::sleep_awaiter{*core_, core_->next_seq(), due_ms};
   }
 
   /// Records (once) a deadline `ms` from now; returns it (ms since epoch).

@@ -91,29 +91,41 @@ private:
 
 /// `co_await`ing a durable sleep: ready at once if replay finds it due,
 /// otherwise suspended until the actor's timer says it is.
+/// Small on purpose: it lives in the frame of every sleeping run.
 class sleep_awaiter {
 public:
-  sleep_awaiter(run_core& core, operation op)
-    : core_(&core), op_(std::move(op)) {
+  sleep_awaiter(run_core& core, std::int32_t seq, std::int64_t due_ms)
+    : core_(&core), seq_(seq), due_ms_(due_ms) {
   }
 
   bool await_ready() {
-    if (!core_->replaying(op_.seq, op_.kind, op_.name))
+    if (!core_->replaying(seq_, persistence::entry_kind::sleep, name()))
       return false;
-    return std::stoll(core_->recorded(op_.seq).payload) <= core_->now_ms();
+    return std::stoll(core_->recorded(seq_).payload) <= core_->now_ms();
   }
 
   void await_suspend(std::coroutine_handle<> h) {
-    core_->perform(std::move(op_), h);
+    operation op;
+    op.seq = seq_;
+    op.kind = persistence::entry_kind::sleep;
+    op.name = name();
+    op.due_ms = due_ms_;
+    core_->perform(std::move(op), h);
   }
 
   void await_resume() {
-    core_->take(op_.seq);
+    core_->forget(seq_);
+  }
+
+  static const std::string& name() {
+    static const std::string n = "sleep";
+    return n;
   }
 
 private:
   run_core* core_;
-  operation op_;
+  std::int32_t seq_;
+  std::int64_t due_ms_;
 };
 
 /// Returns the id of the awakeable created at journal index `seq`: a pure

@@ -58,15 +58,23 @@ struct run_state : run_core {
   runtime_impl* rt = nullptr;
   persistence::fence owner;
   std::optional<std::string> parent_id;
-  std::string name;
-  std::string inputs;
+  /// What starting the code needs (workflow name, inputs); gone after.
+  struct start_info {
+    std::string name;
+    std::string inputs;
+  };
+  std::unique_ptr<start_info> pending_start;
   std::unique_ptr<workflow_context> ctx;
   /// The operation in flight, the coroutine waiting for it, its attempts.
-  std::optional<operation> op;
+  std::unique_ptr<operation> op;
+  /// A sleep armed in memory: its index and due time (the operation itself
+  /// is dropped meanwhile; a sleeping run holds as little as it can).
+  std::int32_t sleeping_seq = -1;
+  std::int64_t sleeping_due = 0;
   std::coroutine_handle<> waiting;
   std::int32_t attempt = 0;
   /// The run's end, kept until its final status has committed.
-  std::optional<run_outcome> final_outcome;
+  std::unique_ptr<run_outcome> final_outcome;
   /// Set when the code went on after a non-determinism error.
   bool abandoned = false;
   /// When the await in flight started waiting (clock ms), for passivation.
@@ -83,12 +91,14 @@ struct run_state : run_core {
     run_id_ = std::move(run.id);
     owner = std::move(run.owner);
     parent_id = std::move(run.parent_id);
-    name = std::move(run.name);
-    inputs = std::move(run.inputs);
+    pending_start = std::make_unique<start_info>(
+      start_info{std::move(run.name), std::move(run.inputs)});
     encoding_ = rt->cfg.payload_encoding;
     max_payload_ = rt->cfg.max_payload_bytes;
-    for (auto& e : journal)
+    for (auto& e : journal) {
+      std::string{}.swap(e.run_id); // the run's id is run_id_; save the copy
       recorded_.emplace(e.seq, std::move(e));
+    }
   }
 
   void perform(operation next, std::coroutine_handle<> h) override {
@@ -97,7 +107,7 @@ struct run_state : run_core {
       abandoned = true;
       return;
     }
-    op = std::move(next);
+    op = std::make_unique<operation>(std::move(next));
     waiting = h;
     attempt = 0;
     switch (op->kind) {
@@ -218,7 +228,10 @@ struct run_state : run_core {
       passivate(due);
       return;
     }
-    rt->timers->schedule({due, run_id_, op->seq});
+    sleeping_seq = op->seq;
+    sleeping_due = due;
+    op.reset();
+    rt->timers->schedule({due, run_id_, sleeping_seq});
   }
 
   // -- awaiting ------------------------------------------------------------------
@@ -338,6 +351,17 @@ struct run_state : run_core {
   /// A timer is due (`seq` of the operation), or something was delivered
   /// (`seq` -1).
   void on_wake(std::int32_t seq) {
+    if (sleeping_seq >= 0) {
+      if (seq != sleeping_seq)
+        return;
+      if (sleeping_due <= now_ms()) {
+        sleeping_seq = -1;
+        resume_recorded();
+      } else { // woken early (the clock moved differently): wait again
+        rt->timers->schedule({sleeping_due, run_id_, sleeping_seq});
+      }
+      return;
+    }
     if (!op || passivating || (seq >= 0 && op->seq != seq))
       return;
     if (op->kind == persistence::entry_kind::sleep) {
@@ -533,10 +557,7 @@ struct run_state : run_core {
     e.payload = std::move(payload);
     e.error = std::move(error);
     if (op->kind == persistence::entry_kind::sleep) {
-      // The wake-up time is durable; now wait for it.
-      auto due = op->due_ms;
-      recorded_[seq] = std::move(e);
-      arm(due);
+      arm(op->due_ms); // the wake-up time is durable; now wait for it
       return;
     }
     resume_with(std::move(e));
@@ -580,6 +601,7 @@ struct run_state : run_core {
   /// Hands the durable outcome to the coroutine and lets it run on.
   void resume_with(persistence::journal_entry e) {
     auto seq = e.seq;
+    std::string{}.swap(e.run_id);
     recorded_[seq] = std::move(e);
     op.reset();
     auto h = std::exchange(waiting, {});
@@ -622,7 +644,8 @@ struct run_state : run_core {
       }
     }
     driver.reset();
-    final_outcome = run_outcome{c.status, c.output, c.error};
+    final_outcome = std::make_unique<run_outcome>(
+      run_outcome{c.status, c.output, c.error});
     auto me = caf::actor_cast<caf::actor>(self);
     rt->writer->complete(std::move(c), [me](persistence::write_ack ack) {
       caf::anon_send(me, ended_atom::value, static_cast<std::int32_t>(ack));
@@ -643,15 +666,16 @@ struct run_state : run_core {
   }
 
   void start_code() {
-    auto i = rt->workflows.find(name);
+    auto start = std::move(pending_start);
+    auto i = rt->workflows.find(start->name);
     if (i == rt->workflows.end()) {
-      fatal_ = "unknown workflow '" + name + "'";
+      fatal_ = "unknown workflow '" + start->name + "'";
       abandoned = true;
       finish();
       return;
     }
     ctx = std::make_unique<workflow_context>(*this);
-    driver = i->second.start(*ctx, std::move(inputs), encoding_);
+    driver = i->second.start(*ctx, std::move(start->inputs), encoding_);
     driver.start();
     after_resume();
   }

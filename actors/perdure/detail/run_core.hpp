@@ -119,6 +119,11 @@ public:
   /// Removes and returns the recorded outcome of `seq`.
   persistence::journal_entry take(std::int32_t seq);
 
+  /// Removes the recorded outcome of `seq`, if any.
+  void forget(std::int32_t seq) {
+    recorded_.erase(seq);
+  }
+
   /// Returns the id of the last message consumed on `topic` (0: none).
   std::int64_t consumed(const std::string& topic) const {
     auto i = consumed_.find(topic);
