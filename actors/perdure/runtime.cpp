@@ -279,7 +279,7 @@ void runtime_impl::cancelled(const std::string& id) {
     auto i = active_.find(id);
     if (i != active_.end()) {
       // The actor stops and reports the end itself.
-      caf::anon_send(i->second.actor, cancel_atom::value);
+      signal_run(i->second.actor, run_signal::cancel, 0);
       return;
     }
   }
@@ -301,7 +301,7 @@ void runtime_impl::wake(const std::string& id, std::int32_t seq) {
     auto i = active_.find(id);
     if (i != active_.end()) {
       ++i->second.wakes;
-      caf::anon_send(i->second.actor, wake_atom::value, seq);
+      signal_run(i->second.actor, run_signal::wake, seq);
       return;
     }
   }

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <limits>
 #include <random>
 
 #include "perdure/detail/clock.hpp"
@@ -22,14 +23,49 @@ namespace perdure::detail {
 
 namespace {
 
-using start_atom = caf::atom_constant<caf::atom("start")>;
-using outcome_atom = caf::atom_constant<caf::atom("outcome")>;
-using retry_atom = caf::atom_constant<caf::atom("retry")>;
-using fenced_atom = caf::atom_constant<caf::atom("fenced")>;
-using ended_atom = caf::atom_constant<caf::atom("ended")>;
-using durable_atom = caf::atom_constant<caf::atom("durable")>;
-using found_atom = caf::atom_constant<caf::atom("found")>;
-using passive_atom = caf::atom_constant<caf::atom("passive")>;
+/// Every message to a run actor has one shape, `(run_atom, kind, seq, a, b,
+/// c, payload, error)`, the fields' meaning by kind: a behavior is built per
+/// actor, and each handler costs memory in every sleeping run. Kinds are a
+/// `reply` (from off the actor) or, offset by `signal_base`, a `run_signal`.
+using run_atom = caf::atom_constant<caf::atom("run")>;
+
+constexpr std::int32_t signal_base = 100;
+
+enum class reply : std::int32_t {
+  /// A step's attempt ended: a = outcome, b = already checkpointed.
+  outcome,
+  /// A checkpoint's commit: a = outcome, b = write_ack.
+  durable,
+  /// A wait's check: a = outcome, b = winning index (or not_found), c =
+  /// message cursor.
+  found,
+  /// A passivation write: a = succeeded, c = wake-up time, payload = the
+  /// wake count seen before.
+  passive,
+};
+
+constexpr std::int32_t not_found = std::numeric_limits<std::int32_t>::min();
+
+void send_reply(const caf::actor& me, reply kind, std::int32_t seq,
+                std::int32_t a, std::int32_t b, std::int64_t c,
+                std::string payload, std::string error) {
+  caf::anon_send(me, run_atom::value, static_cast<std::int32_t>(kind), seq, a,
+                 b, c, std::move(payload), std::move(error));
+}
+
+void send_signal(const caf::actor& me, run_signal kind, std::int32_t seq) {
+  caf::anon_send(me, run_atom::value,
+                 signal_base + static_cast<std::int32_t>(kind), seq,
+                 std::int32_t{0}, std::int32_t{0}, std::int64_t{0},
+                 std::string{}, std::string{});
+}
+
+/// A step attempt's outcome, back to the actor.
+void send_outcome(const caf::actor& me, std::int32_t seq, persistence::outcome o,
+                  std::string payload, std::string error, bool checkpointed) {
+  send_reply(me, reply::outcome, seq, static_cast<std::int32_t>(o),
+             checkpointed ? 1 : 0, 0, std::move(payload), std::move(error));
+}
 
 struct run_state;
 using run_actor = caf::stateful_actor<run_state>;
@@ -46,9 +82,8 @@ void checkpoint(persistence::journal_writer& writer, const caf::actor& me,
   writer.append({std::move(owner), std::move(e)},
                 [me, seq, result, payload = std::move(payload),
                  error = std::move(error)](persistence::write_ack ack) {
-                  caf::anon_send(me, durable_atom::value, seq,
-                                 static_cast<std::int32_t>(ack), result,
-                                 payload, error);
+                  send_reply(me, reply::durable, seq, result,
+                             static_cast<std::int32_t>(ack), 0, payload, error);
                 });
 }
 
@@ -56,15 +91,17 @@ void checkpoint(persistence::journal_writer& writer, const caf::actor& me,
 struct run_state : run_core {
   run_actor* self = nullptr;
   runtime_impl* rt = nullptr;
-  persistence::fence owner;
-  std::optional<std::string> parent_id;
+  /// The fencing epoch; the executor is always this runtime's (kept once,
+  /// in the config, not per run).
+  std::int64_t epoch = 0;
+  std::unique_ptr<std::string> parent_id; // null: none
   /// What starting the code needs (workflow name, inputs); gone after.
   struct start_info {
     std::string name;
     std::string inputs;
   };
   std::unique_ptr<start_info> pending_start;
-  std::unique_ptr<workflow_context> ctx;
+  std::optional<workflow_context> ctx;
   /// The operation in flight, the coroutine waiting for it, its attempts.
   std::unique_ptr<operation> op;
   /// A sleep armed in memory: its index and due time (the operation itself
@@ -89,15 +126,16 @@ struct run_state : run_core {
     self = s;
     rt = r;
     run_id_ = std::move(run.id);
-    owner = std::move(run.owner);
-    parent_id = std::move(run.parent_id);
+    epoch = run.owner.epoch;
+    if (run.parent_id)
+      parent_id = std::make_unique<std::string>(std::move(*run.parent_id));
     pending_start = std::make_unique<start_info>(
       start_info{std::move(run.name), std::move(run.inputs)});
     encoding_ = rt->cfg.payload_encoding;
     max_payload_ = rt->cfg.max_payload_bytes;
     for (auto& e : journal) {
       std::string{}.swap(e.run_id); // the run's id is run_id_; save the copy
-      recorded_.emplace(e.seq, std::move(e));
+      record_outcome(std::move(e));
     }
   }
 
@@ -132,8 +170,8 @@ struct run_state : run_core {
         dispatch();
         return;
       case persistence::entry_kind::sleep:
-        if (auto i = recorded_.find(op->seq); i != recorded_.end()) {
-          arm(std::stoll(i->second.payload)); // replay: sleep what remains
+        if (auto* r = find_recorded(op->seq)) {
+          arm(std::stoll(r->payload)); // replay: sleep what remains
         } else {
           auto e = entry_for(op->seq);
           e.payload = std::to_string(op->due_ms);
@@ -147,6 +185,10 @@ struct run_state : run_core {
     }
   }
 
+  persistence::fence owner() const {
+    return {rt->cfg.executor_id, epoch};
+  }
+
   std::int64_t now_ms() const override {
     return rt->clock->now_ms();
   }
@@ -154,7 +196,7 @@ struct run_state : run_core {
   /// Checkpoints `e` (outcome value) from the actor.
   void record(persistence::journal_entry e) {
     e.created_at_ms = detail::now_ms();
-    checkpoint(*rt->writer, caf::actor_cast<caf::actor>(self), owner,
+    checkpoint(*rt->writer, caf::actor_cast<caf::actor>(self), owner(),
                std::move(e));
   }
 
@@ -184,9 +226,7 @@ struct run_state : run_core {
     auto me = caf::actor_cast<caf::actor>(self);
     rt->steps->post([me, seq = op->seq, child = std::move(child), rt = rt] {
       auto report = [&](persistence::outcome o, std::string error) {
-        caf::anon_send(me, outcome_atom::value, seq,
-                       static_cast<std::int32_t>(o), std::string{},
-                       std::move(error), false);
+        send_outcome(me, seq, o, {}, std::move(error), false);
       };
       if (rt->workflows.count(child.name) == 0)
         return report(persistence::outcome::terminal,
@@ -267,9 +307,9 @@ struct run_state : run_core {
         spdlog::error("perdure: run {} could not check its wait: {}", run,
                       ex.what());
       }
-      caf::anon_send(me, found_atom::value, seq, found, w.index, w.cursor,
-                     static_cast<std::int32_t>(w.result), std::move(w.payload),
-                     std::move(w.error));
+      send_reply(me, reply::found, seq, static_cast<std::int32_t>(w.result),
+                 found ? w.index : not_found, w.cursor, std::move(w.payload),
+                 std::move(w.error));
     });
   }
 
@@ -365,8 +405,8 @@ struct run_state : run_core {
     if (!op || passivating || (seq >= 0 && op->seq != seq))
       return;
     if (op->kind == persistence::entry_kind::sleep) {
-      if (auto i = recorded_.find(op->seq); i != recorded_.end())
-        arm(std::stoll(i->second.payload));
+      if (auto* e = find_recorded(op->seq))
+        arm(std::stoll(e->payload));
     } else if (op->kind == persistence::entry_kind::await) {
       check_delivery();
     }
@@ -380,7 +420,7 @@ struct run_state : run_core {
     passivating = true;
     auto me = caf::actor_cast<caf::actor>(self);
     auto seen = rt->wake_count(run_id_);
-    rt->steps->post([me, seq = op->seq, seen, wake_at, fence = owner,
+    rt->steps->post([me, seq = op->seq, seen, wake_at, fence = owner(),
                      id = run_id_, pool = rt->tx_stores.get()] {
       bool ok = false;
       try {
@@ -391,8 +431,8 @@ struct run_state : run_core {
         spdlog::error("perdure: run {} could not passivate: {}", id,
                       ex.what());
       }
-      caf::anon_send(me, passive_atom::value, seq, ok, wake_at,
-                     static_cast<std::uint64_t>(seen));
+      send_reply(me, reply::passive, seq, ok ? 1 : 0, 0, wake_at,
+                 std::to_string(seen), {});
     });
   }
 
@@ -415,7 +455,7 @@ struct run_state : run_core {
     }
     // Woken while passivating: the run stays, and the store must not keep a
     // wake-up time that would hide it from recovery.
-    rt->steps->post([fence = owner, id = run_id_, pool = rt->tx_stores.get()] {
+    rt->steps->post([fence = owner(), id = run_id_, pool = rt->tx_stores.get()] {
       try {
         pool->with([&](persistence::store& db) {
           return db.set_wake_at(fence, id, std::nullopt);
@@ -444,13 +484,12 @@ struct run_state : run_core {
       // A failure with attempts left comes back to the actor for its retry.
       auto last_attempt = attempt >= op->policy.max_attempts;
       rt->steps->post([me, seq, last_attempt, body = op->body,
-                       writer = rt->writer.get(), fence = owner,
+                       writer = rt->writer.get(), fence = owner(),
                        proto = entry_for(seq)]() mutable {
         auto out = body();
         if (out.result == persistence::outcome::failed && !last_attempt) {
-          caf::anon_send(me, outcome_atom::value, seq,
-                         static_cast<std::int32_t>(out.result), out.payload,
-                         out.error, false);
+          send_outcome(me, seq, out.result, std::move(out.payload),
+                       std::move(out.error), false);
           return;
         }
         auto e = std::move(proto);
@@ -467,13 +506,11 @@ struct run_state : run_core {
     auto is_event = op->kind == persistence::entry_kind::event;
     if (is_event)
       checkpoint.payload = op->payload;
-    rt->steps->post([me, seq, checkpoint, fence = owner, body = op->tx_body,
+    rt->steps->post([me, seq, checkpoint, fence = owner(), body = op->tx_body,
                      is_event, pool = rt->tx_stores.get()] {
       std::string payload;
       auto send_failure = [&](persistence::outcome o, const char* what) {
-        caf::anon_send(me, outcome_atom::value, seq,
-                       static_cast<std::int32_t>(o), std::string{},
-                       std::string{what}, false);
+        send_outcome(me, seq, o, {}, what, false);
       };
       try {
         auto result = pool->with([&](persistence::store& db) {
@@ -486,12 +523,10 @@ struct run_state : run_core {
           });
         });
         if (result == persistence::transaction_outcome::fenced)
-          caf::anon_send(me, fenced_atom::value, seq);
+          send_signal(me, run_signal::fenced, seq);
         else
-          caf::anon_send(me, outcome_atom::value, seq,
-                         static_cast<std::int32_t>(
-                           persistence::outcome::value),
-                         payload, std::string{}, true);
+          send_outcome(me, seq, persistence::outcome::value, payload, {},
+                       true);
       } catch (const terminal_error& ex) {
         send_failure(persistence::outcome::terminal, ex.what());
       } catch (const std::exception& ex) {
@@ -522,7 +557,11 @@ struct run_state : run_core {
         && attempt < op->policy.max_attempts) {
       spdlog::debug("perdure: run {} step '{}' attempt {} failed: {}", run_id_,
                     op->name, attempt, error);
-      self->delayed_send(self, retry_delay(), retry_atom::value, seq);
+      self->delayed_send(self, retry_delay(), run_atom::value,
+                         signal_base
+                           + static_cast<std::int32_t>(run_signal::retry),
+                         seq, std::int32_t{0}, std::int32_t{0},
+                         std::int64_t{0}, std::string{}, std::string{});
       return;
     }
     auto e = entry_for(seq);
@@ -533,7 +572,7 @@ struct run_state : run_core {
     if (checkpointed)
       resume_with(std::move(e));
     else
-      checkpoint(*rt->writer, caf::actor_cast<caf::actor>(self), owner,
+      checkpoint(*rt->writer, caf::actor_cast<caf::actor>(self), owner(),
                  std::move(e));
   }
 
@@ -600,9 +639,8 @@ struct run_state : run_core {
 
   /// Hands the durable outcome to the coroutine and lets it run on.
   void resume_with(persistence::journal_entry e) {
-    auto seq = e.seq;
     std::string{}.swap(e.run_id);
-    recorded_[seq] = std::move(e);
+    record_outcome(std::move(e));
     op.reset();
     auto h = std::exchange(waiting, {});
     h.resume();
@@ -618,7 +656,7 @@ struct run_state : run_core {
   void finish() {
     persistence::completion_write c;
     c.run_id = run_id_;
-    c.owner = owner;
+    c.owner = owner();
     c.at_ms = now_ms();
     if (fatal_) {
       c.status = run_status::error;
@@ -648,7 +686,7 @@ struct run_state : run_core {
       run_outcome{c.status, c.output, c.error});
     auto me = caf::actor_cast<caf::actor>(self);
     rt->writer->complete(std::move(c), [me](persistence::write_ack ack) {
-      caf::anon_send(me, ended_atom::value, static_cast<std::int32_t>(ack));
+      send_signal(me, run_signal::ended, static_cast<std::int32_t>(ack));
     });
   }
 
@@ -669,12 +707,13 @@ struct run_state : run_core {
     auto start = std::move(pending_start);
     auto i = rt->workflows.find(start->name);
     if (i == rt->workflows.end()) {
-      fatal_ = "unknown workflow '" + start->name + "'";
+      fatal_ = std::make_unique<std::string>("unknown workflow '" + start->name
+                                             + "'");
       abandoned = true;
       finish();
       return;
     }
-    ctx = std::make_unique<workflow_context>(*this);
+    ctx.emplace(*this);
     driver = i->second.start(*ctx, std::move(start->inputs), encoding_);
     driver.start();
     after_resume();
@@ -685,7 +724,7 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
                            persistence::run_record run,
                            std::vector<persistence::journal_entry> journal) {
   self->state.init(self, rt, std::move(run), std::move(journal));
-  self->send(self, start_atom::value);
+  send_signal(caf::actor_cast<caf::actor>(self), run_signal::start, 0);
   // Exceptions must not escape a handler: in CAF 0.17 they kill the actor.
   // The coroutine keeps its own exceptions; the handlers below only move
   // values around, and anything unexpected ends this actor alone, leaving
@@ -702,36 +741,45 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
     return caf::sec::runtime_error;
   });
   return {
-    [self](start_atom) { self->state.start_code(); },
-    [self](outcome_atom, std::int32_t seq, std::int32_t result,
-           std::string& payload, std::string& error, bool checkpointed) {
-      self->state.on_outcome(seq, result, std::move(payload), std::move(error),
-                             checkpointed);
-    },
-    [self](retry_atom, std::int32_t seq) { self->state.on_retry(seq); },
-    [self](durable_atom, std::int32_t seq, std::int32_t ack,
-           std::int32_t result, std::string& payload, std::string& error) {
-      self->state.on_durable(seq, ack, result, std::move(payload),
-                             std::move(error));
-    },
-    [self](fenced_atom, std::int32_t) { self->state.lost_ownership(); },
-    [self](wake_atom, std::int32_t seq) { self->state.on_wake(seq); },
-    [self](found_atom, std::int32_t seq, bool found, std::int32_t index,
-           std::int64_t cursor, std::int32_t result, std::string& payload,
+    [self](run_atom, std::int32_t kind, std::int32_t seq, std::int32_t a,
+           std::int32_t b, std::int64_t c, std::string& payload,
            std::string& error) {
-      self->state.on_found(seq, found, index, cursor, result,
-                           std::move(payload), std::move(error));
+      auto& st = self->state;
+      if (kind >= signal_base) {
+        switch (static_cast<run_signal>(kind - signal_base)) {
+          case run_signal::start: st.start_code(); break;
+          case run_signal::retry: st.on_retry(seq); break;
+          case run_signal::fenced: st.lost_ownership(); break;
+          case run_signal::wake: st.on_wake(seq); break;
+          case run_signal::cancel: st.on_cancel(); break;
+          case run_signal::ended: st.on_ended(seq); break;
+        }
+        return;
+      }
+      switch (static_cast<reply>(kind)) {
+        case reply::outcome:
+          st.on_outcome(seq, a, std::move(payload), std::move(error), b != 0);
+          break;
+        case reply::durable:
+          st.on_durable(seq, b, a, std::move(payload), std::move(error));
+          break;
+        case reply::found:
+          st.on_found(seq, b != not_found, b, c, a, std::move(payload),
+                      std::move(error));
+          break;
+        case reply::passive:
+          st.on_passive(seq, a != 0, c, std::stoull(payload));
+          break;
+      }
     },
-    [self](passive_atom, std::int32_t seq, bool ok, std::int64_t wake_at,
-           std::uint64_t seen) {
-      self->state.on_passive(seq, ok, wake_at, seen);
-    },
-    [self](cancel_atom) { self->state.on_cancel(); },
-    [self](ended_atom, std::int32_t ack) { self->state.on_ended(ack); },
   };
 }
 
 } // namespace
+
+void signal_run(const caf::actor& run, run_signal kind, std::int32_t seq) {
+  send_signal(run, kind, seq);
+}
 
 caf::actor spawn_run_actor(caf::actor_system& sys, runtime_impl& rt,
                            persistence::run_record run,

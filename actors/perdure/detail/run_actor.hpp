@@ -13,12 +13,22 @@ namespace perdure::detail {
 
 class runtime_impl;
 
-/// Tells a run actor that its timer for operation `seq` is due, or (`seq`
-/// -1) that something was delivered to it.
-using wake_atom = caf::atom_constant<caf::atom("wake")>;
-
-/// Tells a run actor that its run was cancelled in the store.
-using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+/// What `signal_run` tells a run actor.
+enum class run_signal : std::int32_t {
+  /// Start (or replay) the code.
+  start,
+  /// Try the operation `seq` again.
+  retry,
+  /// A write for `seq` was fenced: the run is owned elsewhere now.
+  fenced,
+  /// The timer of operation `seq` is due, or (`seq` -1) something was
+  /// delivered to the run.
+  wake,
+  /// The run was cancelled in the store.
+  cancel,
+  /// The final status was written (`seq`: the `write_ack`).
+  ended,
+};
 
 /// The `seq` of a run's deadline timer (cancels it).
 constexpr std::int32_t deadline_seq = -2;
@@ -30,6 +40,9 @@ constexpr std::int64_t passivated_forever
 /// Spawns the actor that owns `run`: it (re)starts the workflow coroutine,
 /// feeding it the recorded outcomes in `journal` first, performs its durable
 /// operations, and records its final status.
+/// Sends `kind` (about operation `seq`) to run actor `run`.
+void signal_run(const caf::actor& run, run_signal kind, std::int32_t seq);
+
 caf::actor spawn_run_actor(caf::actor_system& sys, runtime_impl& rt,
                            persistence::run_record run,
                            std::vector<persistence::journal_entry> journal);

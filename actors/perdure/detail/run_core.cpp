@@ -6,17 +6,17 @@ namespace perdure::detail {
 
 bool run_core::replaying(std::int32_t seq, persistence::entry_kind kind,
                          const std::string& name) {
-  auto i = recorded_.find(seq);
-  if (i == recorded_.end())
+  auto* found = find_recorded(seq);
+  if (!found)
     return false;
-  auto& e = i->second;
+  auto& e = *found;
   if (e.kind != kind || e.name != name) {
     std::string msg = "non-determinism in run '" + run_id_
                       + "' at journal index " + std::to_string(seq)
                       + ": the code now runs " + to_string(kind) + " '" + name
                       + "' but the journal recorded " + to_string(e.kind)
                       + " '" + e.name + "'";
-    fatal_ = msg;
+    fatal_ = std::make_unique<std::string>(msg);
     throw perdure::error(errc::non_determinism, msg);
   }
   return true;
@@ -39,12 +39,14 @@ wait_outcome wait_outcome::decode(const persistence::journal_entry& e) {
 }
 
 persistence::journal_entry run_core::take(std::int32_t seq) {
-  auto i = recorded_.find(seq);
-  if (i == recorded_.end())
+  auto* found = find_recorded(seq);
+  if (!found)
     throw perdure::error(errc::store_error, "no outcome for journal index "
                                               + std::to_string(seq));
-  auto e = std::move(i->second);
-  recorded_.erase(i);
+  auto e = std::move(*found);
+  recorded_->erase(seq);
+  if (recorded_->empty())
+    recorded_.reset();
   return e;
 }
 

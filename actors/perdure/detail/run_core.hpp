@@ -8,6 +8,7 @@
 #include <functional>
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -113,7 +114,23 @@ public:
 
   /// Returns the recorded entry of `seq` (which `replaying` found).
   const persistence::journal_entry& recorded(std::int32_t seq) const {
-    return recorded_.at(seq);
+    return recorded_->at(seq);
+  }
+
+  /// Returns the recorded entry of `seq`, or null.
+  persistence::journal_entry* find_recorded(std::int32_t seq) {
+    if (!recorded_)
+      return nullptr;
+    auto i = recorded_->find(seq);
+    return i == recorded_->end() ? nullptr : &i->second;
+  }
+
+  /// Records the outcome `e` (replay material, or what just became durable).
+  void record_outcome(persistence::journal_entry e) {
+    if (!recorded_)
+      recorded_ = std::make_unique<journal_map>();
+    auto seq = e.seq;
+    (*recorded_)[seq] = std::move(e);
   }
 
   /// Removes and returns the recorded outcome of `seq`.
@@ -121,19 +138,26 @@ public:
 
   /// Removes the recorded outcome of `seq`, if any.
   void forget(std::int32_t seq) {
-    recorded_.erase(seq);
+    if (recorded_)
+      recorded_->erase(seq);
   }
 
   /// Returns the id of the last message consumed on `topic` (0: none).
   std::int64_t consumed(const std::string& topic) const {
-    auto i = consumed_.find(topic);
-    return i == consumed_.end() ? 0 : i->second;
+    for (auto& [t, id] : consumed_)
+      if (t == topic)
+        return id;
+    return 0;
   }
 
   /// Notes that a wait consumed message `id` on `topic`.
   void consume(const std::string& topic, std::int64_t id) {
-    auto& last = consumed_[topic];
-    last = std::max(last, id);
+    for (auto& [t, last] : consumed_)
+      if (t == topic) {
+        last = std::max(last, id);
+        return;
+      }
+    consumed_.emplace_back(topic, id);
   }
 
   /// Returns the encoding for new payloads.
@@ -146,17 +170,21 @@ public:
     return max_payload_;
   }
 
-  /// Returns why the run must fail regardless of what its code does, if so.
-  const std::optional<std::string>& fatal() const noexcept {
-    return fatal_;
+  /// Returns why the run must fail regardless of what its code does, or null.
+  const std::string* fatal() const noexcept {
+    return fatal_.get();
   }
 
 protected:
   std::string run_id_;
   std::int32_t next_seq_ = 0;
-  std::map<std::int32_t, persistence::journal_entry> recorded_;
-  std::optional<std::string> fatal_;
-  std::map<std::string, std::int64_t> consumed_;
+  /// Allocated only while there is something recorded: most of a sleeping
+  /// run's life there is not.
+  using journal_map = std::map<std::int32_t, persistence::journal_entry>;
+  std::unique_ptr<journal_map> recorded_;
+  std::unique_ptr<std::string> fatal_;
+  /// Per topic, the last message consumed (few topics per run: a vector).
+  std::vector<std::pair<std::string, std::int64_t>> consumed_;
   persistence::encoding encoding_ = persistence::encoding::json;
   std::size_t max_payload_ = 0;
 };
