@@ -2,6 +2,9 @@
 
 // The one header users include.
 
+#include "perdure/awakeable.hpp"
+#include "perdure/child_handle.hpp"
+#include "perdure/clock.hpp"
 #include "perdure/config.hpp"
 #include "perdure/error.hpp"
 #include "perdure/retry_policy.hpp"
@@ -11,5 +14,6 @@
 #include "perdure/step_failed.hpp"
 #include "perdure/task.hpp"
 #include "perdure/terminal_error.hpp"
+#include "perdure/wait_on.hpp"
 #include "perdure/workflow_context.hpp"
 #include "perdure/workflow_handle.hpp"
