@@ -218,11 +218,12 @@ void runtime_impl::stop() {
   for (auto& a : actors)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   actors.clear();
-  // Order matters: no notice or timer may wake a run, and no actor may use
-  // the executor or the writer afterwards.
+  // Order matters: no notice may arrive, no actor may use the timers, the
+  // executor or the writer afterwards (timers firing meanwhile find the
+  // runtime stopped and do nothing).
   listener.reset();
-  timers.reset();
   system->await_all_actors_done();
+  timers.reset();
   steps.reset();
   writer.reset();
   system.reset();

@@ -119,7 +119,7 @@ struct run_state : run_core {
   /// Whether a passivation write is in flight.
   bool passivating = false;
   /// Declared last: the frame goes before everything it refers to.
-  task<std::string> driver;
+  std::unique_ptr<run_driver> driver;
 
   void init(run_actor* s, runtime_impl* r, persistence::run_record run,
             std::vector<persistence::journal_entry> journal) {
@@ -648,7 +648,7 @@ struct run_state : run_core {
   }
 
   void after_resume() {
-    if (abandoned || driver.done())
+    if (abandoned || !driver || driver->done())
       finish();
   }
 
@@ -663,7 +663,7 @@ struct run_state : run_core {
       c.error = *fatal_;
     } else {
       try {
-        auto out = driver.take_result();
+        auto out = driver->take_result();
         if (out.size() > max_payload_) {
           c.status = run_status::error;
           c.error = "output of " + std::to_string(out.size())
@@ -715,7 +715,7 @@ struct run_state : run_core {
     }
     ctx.emplace(*this);
     driver = i->second.start(*ctx, std::move(start->inputs), encoding_);
-    driver.start();
+    driver->start();
     after_resume();
   }
 };

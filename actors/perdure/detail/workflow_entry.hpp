@@ -3,6 +3,7 @@
 // Type erasure for registered workflows: the runtime stores and starts
 // every workflow as "encoded inputs in, encoded output out".
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,10 +19,27 @@ class workflow_context;
 
 namespace detail {
 
-/// A registered workflow, erased.
+/// A started workflow, erased: its coroutine and how to encode its output.
+/// Not itself a coroutine: a wrapper frame would cost every sleeping run
+/// its size.
+class run_driver {
+public:
+  virtual ~run_driver() = default;
+
+  /// Runs the code until its first suspension.
+  virtual void start() = 0;
+
+  /// Returns whether the code ran to its end (or could not start).
+  virtual bool done() const = 0;
+
+  /// Returns the encoded output of finished code, or rethrows its error.
+  virtual std::string take_result() = 0;
+};
+
+/// A registered workflow, erased: starts it from encoded inputs.
 struct workflow_entry {
-  std::function<task<std::string>(workflow_context&, std::string,
-                                  persistence::encoding)>
+  std::function<std::unique_ptr<run_driver>(workflow_context&, std::string,
+                                            persistence::encoding)>
     start;
 };
 
@@ -55,38 +73,61 @@ template <class F>
 struct callable_traits<F, std::void_t<decltype(&F::operator())>>
   : workflow_traits<decltype(&F::operator())> {};
 
-/// The erased body: decode the input, run the workflow, encode its output.
-/// Everything is a parameter (copied into the frame), nothing captured.
-template <class F>
-task<std::string> invoke_workflow(std::shared_ptr<F> fn, workflow_context& ctx,
-                                  std::string inputs,
-                                  persistence::encoding enc) {
-  using traits = callable_traits<F>;
-  using result_type = typename traits::result_type;
-  using input_type = typename traits::input_type;
-  auto call = [&]() -> task<result_type> {
-    if constexpr (std::tuple_size_v<input_type> == 0)
-      return (*fn)(ctx);
-    else
-      return (*fn)(ctx, persistence::decode<std::tuple_element_t<0, input_type>>(
-                          inputs));
-  };
-  if constexpr (std::is_void_v<result_type>) {
-    co_await call();
-    co_return std::string{};
-  } else {
-    auto result = co_await call();
-    co_return persistence::encode(result, enc);
+/// The driver of a workflow returning `R`.
+template <class R>
+class typed_driver final : public run_driver {
+public:
+  explicit typed_driver(persistence::encoding enc) : enc_(enc) {
   }
-}
+
+  void start() override {
+    if (code_.valid())
+      code_.start();
+  }
+
+  bool done() const override {
+    return failed_ || code_.done();
+  }
+
+  std::string take_result() override {
+    if (failed_)
+      std::rethrow_exception(failed_);
+    if constexpr (std::is_void_v<R>) {
+      code_.take_result();
+      return {};
+    } else {
+      return persistence::encode(code_.take_result(), enc_);
+    }
+  }
+
+  task<R> code_;
+  /// Set if the code could not even start (its inputs did not decode).
+  std::exception_ptr failed_;
+
+private:
+  persistence::encoding enc_;
+};
 
 /// Returns `fn` erased into a workflow_entry.
 template <class F>
 workflow_entry make_workflow_entry(F fn) {
+  using traits = callable_traits<F>;
+  using result_type = typename traits::result_type;
+  using input_type = typename traits::input_type;
   auto shared = std::make_shared<F>(std::move(fn));
   return {[shared](workflow_context& ctx, std::string inputs,
-                   persistence::encoding enc) {
-    return invoke_workflow<F>(shared, ctx, std::move(inputs), enc);
+                   persistence::encoding enc) -> std::unique_ptr<run_driver> {
+    auto driver = std::make_unique<typed_driver<result_type>>(enc);
+    try {
+      if constexpr (std::tuple_size_v<input_type> == 0)
+        driver->code_ = (*shared)(ctx);
+      else
+        driver->code_ = (*shared)(
+          ctx, persistence::decode<std::tuple_element_t<0, input_type>>(inputs));
+    } catch (...) {
+      driver->failed_ = std::current_exception();
+    }
+    return driver;
   }};
 }
 
