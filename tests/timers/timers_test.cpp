@@ -480,3 +480,66 @@ TEST_F(timers_test, a_deadline_cancels_the_run_also_after_a_restart) {
   EXPECT_EQ(store_->get_run("d3")->status, run_status::cancelled);
   EXPECT_EQ(n.after.load(), 0);
 }
+
+// A real process is SIGKILLed while awaiting; the resolution arrives while
+// it is down, from another process; the restarted owner delivers it.
+TEST_F(awakeable_test, a_process_killed_while_awaiting_gets_the_value_after_restart) {
+  auto define = [](runtime& rt) {
+    rt.register_workflow("wait", [](workflow_context& ctx) -> task<int> {
+      auto a = co_await ctx.awakeable<int>();
+      co_return co_await a + 1;
+    });
+  };
+  auto pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    runtime rt{db_.runtime_config()};
+    define(rt);
+    rt.start();
+    rt.start_workflow<int>("wait", {.id = "k"});
+    pause();
+    _exit(0);
+  }
+  auto created = eventually([&] { return has_entry("k", persistence::entry_kind::awakeable); });
+  std::this_thread::sleep_for(50ms); // let it reach the await
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(created);
+  {
+    runtime other{db_.runtime_config("other")};
+    other.start();
+    other.resolve_awakeable("awk_0_k", 41);
+  }
+  runtime rt{db_.runtime_config()};
+  define(rt);
+  rt.start();
+  EXPECT_EQ(rt.retrieve_workflow<int>("k").get(10s), 42);
+}
+
+TEST_F(timers_test, cancelling_a_run_inside_a_step_ends_it_and_records_nothing_more) {
+  std::atomic<bool> inside{false}, release{false}, after{false};
+  runtime rt{cfg()};
+  rt.register_workflow("busy", [&](workflow_context& ctx) -> task<int> {
+    co_await ctx.step("long", [&] {
+      inside = true;
+      while (!release.load())
+        std::this_thread::sleep_for(1ms);
+      return 1;
+    });
+    co_await ctx.step("next", [&] { after = true; });
+    co_return 2;
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("busy", {.id = "b"});
+  ASSERT_TRUE(eventually([&] { return inside.load(); }));
+  auto t0 = std::chrono::steady_clock::now();
+  h.cancel();
+  EXPECT_THROW(h.get(5s), error);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << "not prompt";
+  release = true;
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(after.load()) << "the run went on after its cancellation";
+  EXPECT_TRUE(store_->load_journals({"b"}).empty())
+    << "the step finishing after the cancellation was checkpointed";
+  EXPECT_EQ(h.status(), run_status::cancelled);
+}
