@@ -118,6 +118,12 @@ struct run_state : run_core {
   std::int64_t waiting_since = 0;
   /// Whether a passivation write is in flight.
   bool passivating = false;
+  /// A wait's passivation written, its last check in flight.
+  struct passivation {
+    std::int64_t wake_at;
+    std::uint64_t seen;
+  };
+  std::optional<passivation> confirming;
   /// Declared last: the frame goes before everything it refers to.
   std::unique_ptr<run_driver> driver;
 
@@ -359,6 +365,14 @@ struct run_state : run_core {
     if (!op || op->seq != seq || op->kind != persistence::entry_kind::await
         || passivating)
       return;
+    if (confirming) {
+      auto p = *std::exchange(confirming, std::nullopt);
+      if (!found) {
+        leave_or_stay(seq, p.wake_at, p.seen);
+        return;
+      }
+      stay_awake(); // delivered after all: record it below
+    }
     if (found) {
       wait_outcome w;
       w.index = index;
@@ -446,6 +460,21 @@ struct run_state : run_core {
         on_wake(seq);
       return;
     }
+    if (op && op->seq == seq && op->kind == persistence::entry_kind::await) {
+      // A delivery committed before the wake-up time was written cleared
+      // nothing and may have no notice on its way (its sender crashed):
+      // look once more now that the time is written. One committed after
+      // clears it again, and the sweep finds the run.
+      confirming = passivation{wake_at, seen};
+      check_delivery();
+      return;
+    }
+    leave_or_stay(seq, wake_at, seen);
+  }
+
+  /// Leaves memory after a passivation write, unless woken meanwhile.
+  void leave_or_stay(std::int32_t seq, std::int64_t wake_at,
+                     std::uint64_t seen) {
     if (op && op->seq == seq && rt->finish_passivation(run_id_, seen)) {
       if (wake_at != passivated_forever)
         rt->timers->schedule({wake_at, run_id_, -1});
@@ -455,6 +484,13 @@ struct run_state : run_core {
     }
     // Woken while passivating: the run stays, and the store must not keep a
     // wake-up time that would hide it from recovery.
+    stay_awake();
+    if (op && op->seq == seq)
+      on_wake(seq);
+  }
+
+  /// Clears the run's wake-up time (it stays in memory after all).
+  void stay_awake() {
     rt->steps->post([fence = owner(), id = run_id_, pool = rt->tx_stores.get()] {
       try {
         pool->with([&](persistence::store& db) {
@@ -463,8 +499,6 @@ struct run_state : run_core {
       } catch (const std::exception&) {
       }
     });
-    if (op && op->seq == seq)
-      on_wake(seq);
   }
 
   void on_cancel() {
