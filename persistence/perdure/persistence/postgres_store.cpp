@@ -367,14 +367,16 @@ int postgres_store::schema_version() {
 create_result postgres_store::create_run(const run_record& run) {
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
-    auto res = w.prepared("create_run")(run.id)(run.name)(
-                  std::string{to_string(run.status)})(
-                  pqxx::binarystring{run.inputs.data(), run.inputs.size()})(
-                  run.owner.executor)(run.owner.epoch)(run.app_version)(
-                  run.created_at_ms)(run.parent_id.value_or(std::string{}),
-                                     run.parent_id.has_value())(
-                  run.deadline_ms.value_or(0), run.deadline_ms.has_value())
-                 .exec();
+    // A null `const char*` is bound as SQL NULL (libpqxx 6 has no
+    // std::optional parameters).
+    auto deadline = run.deadline_ms ? std::to_string(*run.deadline_ms)
+                                    : std::string{};
+    auto res = w.exec_prepared(
+      "create_run", run.id, run.name, std::string{to_string(run.status)},
+      pqxx::binarystring{run.inputs.data(), run.inputs.size()},
+      run.owner.executor, run.owner.epoch, run.app_version, run.created_at_ms,
+      run.parent_id ? run.parent_id->c_str() : nullptr,
+      run.deadline_ms ? deadline.c_str() : nullptr);
     if (res.empty()) {
       // Another transaction inserted it and has not committed yet: retry.
       throw pqxx::serialization_failure("run row not yet visible");
