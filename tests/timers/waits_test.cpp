@@ -500,3 +500,46 @@ TEST_F(waits_test, deliveries_from_another_process_reach_a_waiting_run_promptly)
   EXPECT_THROW(sleeper.get(5s), error);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
 }
+
+// A delivery stored without its notice (its sender crashed between the commit
+// and the NOTIFY) still reaches a passivated run: the owner looks at the
+// store every few seconds, however many other notices keep arriving.
+TEST_F(waits_test, a_delivery_whose_notice_was_lost_is_found_by_polling) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "SQLite serves one process";
+  auto c = cfg("owner");
+  c.passivate_after = 50ms;
+  runtime owner{c};
+  owner.register_workflow("wait", [](workflow_context& ctx) -> task<int> {
+    auto a = co_await ctx.awakeable<int>();
+    co_return co_await a + 1;
+  });
+  owner.start();
+  auto h = owner.start_workflow<int>("wait", {.id = "x"});
+  ASSERT_TRUE(eventually([&] {
+    clock_->advance(1s);
+    auto r = store_->get_run("x");
+    return r && r->wake_at_ms.has_value();
+  })) << "the waiting run was not passivated";
+  // A busy channel: notices for other runs every 100 ms.
+  std::atomic<bool> quiet{false};
+  std::thread noise{[&] {
+    auto db = persistence::open_store(db_.store_options());
+    while (!quiet) {
+      db->notify("w:someone-else");
+      std::this_thread::sleep_for(100ms);
+    }
+  }};
+  persistence::resolution r;
+  r.id = "awk_0_x";
+  r.run_id = "x";
+  r.seq = 0;
+  r.payload = persistence::encode(41, persistence::encoding::json);
+  r.at_ms = clock_->now_ms();
+  EXPECT_EQ(store_->resolve(r), persistence::resolve_result::resolved);
+  int got = 0;
+  EXPECT_NO_THROW(got = h.get(12s)) << "the delivery was never noticed";
+  quiet = true;
+  noise.join();
+  EXPECT_EQ(got, 42);
+}

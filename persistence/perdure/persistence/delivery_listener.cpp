@@ -13,6 +13,10 @@ namespace perdure::persistence {
 
 namespace {
 
+/// How often the runtime looks at the store for deliveries whose notice
+/// never came.
+constexpr std::chrono::seconds sweep_every{5};
+
 class pg_listener final : public delivery_listener {
 public:
   pg_listener(store_options opts, callback on_notice)
@@ -47,14 +51,16 @@ private:
         receiver r{conn, detail::delivery_channel(opts_.schema), on_notice_};
         conn.get_notifs(); // LISTEN is in effect from here on
         on_notice_("*");   // anything sent before now: look at the store
-        // Polling as the fallback: every few quiet seconds, look anyway (a
-        // notice is lost if its sender crashed between commit and NOTIFY).
-        int quiet = 0;
+        // Polling as the fallback: look anyway every `sweep_every`, however
+        // many other notices arrive meanwhile (a notice is lost if its
+        // sender crashed between commit and NOTIFY; a busy channel must not
+        // postpone the look for ever).
+        auto last_sweep = std::chrono::steady_clock::now();
         while (!stopping_) {
-          if (conn.await_notification(0, 200'000) > 0)
-            quiet = 0;
-          else if (++quiet == 25) {
-            quiet = 0;
+          conn.await_notification(0, 200'000);
+          auto now = std::chrono::steady_clock::now();
+          if (now - last_sweep >= sweep_every) {
+            last_sweep = now;
             on_notice_("*");
           }
         }

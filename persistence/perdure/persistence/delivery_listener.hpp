@@ -12,7 +12,9 @@ namespace perdure::persistence {
 /// messages sent, cancellations): PostgreSQL LISTEN on a connection of its
 /// own, on a thread of its own. Each `store::notify` payload arrives as one
 /// call; `"*"` means "notices may have been missed" (after connecting or
-/// reconnecting), so the receiver should look at the store itself.
+/// reconnecting, and every few seconds in any case: a sender may crash
+/// between its commit and its NOTIFY), so the receiver should look at the
+/// store itself.
 class delivery_listener {
 public:
   using callback = std::function<void(const std::string& payload)>;
