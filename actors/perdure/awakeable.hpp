@@ -26,12 +26,9 @@ public:
 
   /// Waits, durably (across crashes and passivation), for the outcome.
   detail::typed_wait_awaiter<T> operator co_await() const {
-    detail::operation op;
-    op.seq = core_->next_seq();
-    op.kind = persistence::entry_kind::await;
-    op.name = id_;
-    op.sources.push_back({detail::wait_source::kind::resolution, id_});
-    return {*core_, std::move(op)};
+    return {*core_,
+            detail::wait_operation(
+              *core_, id_, {{detail::wait_source::kind::resolution, id_}})};
   }
 
 private:

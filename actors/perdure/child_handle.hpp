@@ -24,12 +24,9 @@ public:
 
   /// Waits for the child's end.
   detail::typed_wait_awaiter<R> operator co_await() const {
-    detail::operation op;
-    op.seq = core_->next_seq();
-    op.kind = persistence::entry_kind::await;
-    op.name = "child:" + id_;
-    op.sources.push_back({detail::wait_source::kind::run, id_});
-    return {*core_, std::move(op)};
+    return {*core_,
+            detail::wait_operation(*core_, "child:" + id_,
+                                   {{detail::wait_source::kind::run, id_}})};
   }
 
 private:

@@ -145,7 +145,7 @@ public:
   template <class T>
   detail::typed_wait_awaiter<T> promise(const std::string& name) {
     auto w = on_promise(name);
-    return {*core_, wait_operation(w.label(), {w.source()}, 0)};
+    return {*core_, detail::wait_operation(*core_, w.label(), {w.source()})};
   }
 
   /// Receives the next message sent to this run on `topic` with
@@ -153,7 +153,7 @@ public:
   template <class T>
   detail::typed_wait_awaiter<T> recv(const std::string& topic) {
     auto w = on_message(topic);
-    return {*core_, wait_operation(w.label(), {w.source()}, 0)};
+    return {*core_, detail::wait_operation(*core_, w.label(), {w.source()})};
   }
 
   /// Receives the next message on `topic`, or nothing after `timeout`. The
@@ -177,13 +177,7 @@ public:
   /// if (first.index() == 0) ...
   /// ~~~
   detail::select_awaiter select(std::vector<wait_on> waits) {
-    std::string label = "select";
-    std::vector<detail::wait_source> sources;
-    for (auto& w : waits) {
-      label += "|" + w.label();
-      sources.push_back(w.source());
-    }
-    return {*core_, wait_operation(std::move(label), std::move(sources), 0)};
+    return {*core_, select_operation(waits, 0)};
   }
 
   /// Waits for the first of `waits`, or the timeout (`index()` -1).
@@ -192,14 +186,7 @@ public:
                                std::vector<wait_on> waits) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
     auto due = co_await deadline(ms.count());
-    std::string label = "select";
-    std::vector<detail::wait_source> sources;
-    for (auto& w : waits) {
-      label += "|" + w.label();
-      sources.push_back(w.source());
-    }
-    auto op = wait_operation(std::move(label), std::move(sources), due);
-    detail::wait_awaiter awaiter{*core_, std::move(op)};
+    detail::wait_awaiter awaiter{*core_, select_operation(waits, due)};
     co_return selected{co_await awaiter};
   }
 
@@ -266,17 +253,18 @@ private:
     co_return std::stoll(e.payload);
   }
 
-  /// Returns a wait operation at the next journal index.
-  detail::operation wait_operation(std::string label,
-                                   std::vector<detail::wait_source> sources,
-                                   std::int64_t due_ms) {
-    detail::operation op;
-    op.seq = core_->next_seq();
-    op.kind = persistence::entry_kind::await;
-    op.name = std::move(label);
-    op.sources = std::move(sources);
-    op.due_ms = due_ms;
-    return op;
+  /// Returns a wait for the first of `waits` (or `due_ms`), named after all
+  /// of them: replay notices a select whose waits changed.
+  detail::operation select_operation(const std::vector<wait_on>& waits,
+                                     std::int64_t due_ms) {
+    std::string label = "select";
+    std::vector<detail::wait_source> sources;
+    for (auto& w : waits) {
+      label += "|" + w.label();
+      sources.push_back(w.source());
+    }
+    return detail::wait_operation(*core_, std::move(label), std::move(sources),
+                                  due_ms);
   }
 
   /// Returns the operation at the next journal index.

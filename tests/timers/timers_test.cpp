@@ -15,61 +15,14 @@
 #include <thread>
 
 #include "perdure/perdure.hpp"
-#include "perdure/persistence/store.hpp"
-#include "perdure/testing/manual_clock.hpp"
-#include "support/test_support.hpp"
+#include "timers/timer_fixture.hpp"
 
 using namespace perdure;
 using namespace std::chrono_literals;
 
 namespace {
 
-class timers_test : public ::testing::Test {
-protected:
-  void SetUp() override {
-    db_ = test::database::fresh();
-    store_ = persistence::open_store(db_.store_options());
-    store_->migrate();
-  }
-
-  config cfg(std::string executor = "local") {
-    auto c = db_.runtime_config(std::move(executor));
-    c.step_threads = 4;
-    c.clock = clock_;
-    return c;
-  }
-
-  /// Waits (really) until `pred()` holds; false after `limit`.
-  template <class P>
-  static bool eventually(P pred, std::chrono::milliseconds limit = 10s) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      if (pred())
-        return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return pred();
-  }
-
-  /// Returns whether run `id` has a journal entry of kind `k`.
-  bool has_entry(const std::string& id, persistence::entry_kind k) {
-    for (auto& e : store_->load_journals({id}))
-      if (e.kind == k)
-        return true;
-    return false;
-  }
-
-  /// Returns whether run `id` is passivated (has a wake-up time).
-  bool passivated(const std::string& id) {
-    auto r = store_->get_run(id);
-    return r && r->wake_at_ms.has_value();
-  }
-
-  std::shared_ptr<perdure::testing::manual_clock> clock_
-    = std::make_shared<perdure::testing::manual_clock>();
-  test::database db_;
-  std::unique_ptr<persistence::store> store_;
-};
+class timers_test : public test::timer_fixture {};
 
 /// A workflow that steps, sleeps an hour, and steps again, counting runs.
 struct napper {

@@ -15,54 +15,14 @@
 #include <vector>
 
 #include "perdure/perdure.hpp"
-#include "perdure/persistence/store.hpp"
-#include "perdure/testing/manual_clock.hpp"
-#include "support/test_support.hpp"
+#include "timers/timer_fixture.hpp"
 
 using namespace perdure;
 using namespace std::chrono_literals;
 
 namespace {
 
-class waits_test : public ::testing::Test {
-protected:
-  void SetUp() override {
-    db_ = test::database::fresh();
-    store_ = persistence::open_store(db_.store_options());
-    store_->migrate();
-  }
-
-  config cfg(std::string executor = "local") {
-    auto c = db_.runtime_config(std::move(executor));
-    c.step_threads = 4;
-    c.clock = clock_;
-    return c;
-  }
-
-  template <class P>
-  static bool eventually(P pred, std::chrono::milliseconds limit = 10s) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      if (pred())
-        return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return pred();
-  }
-
-  /// Returns how many journal entries of kind `k` run `id` has.
-  int entries(const std::string& id, persistence::entry_kind k) {
-    int n = 0;
-    for (auto& e : store_->load_journals({id}))
-      n += e.kind == k ? 1 : 0;
-    return n;
-  }
-
-  std::shared_ptr<perdure::testing::manual_clock> clock_
-    = std::make_shared<perdure::testing::manual_clock>();
-  test::database db_;
-  std::unique_ptr<persistence::store> store_;
-};
+class waits_test : public test::timer_fixture {};
 
 } // namespace
 
@@ -407,8 +367,7 @@ TEST_F(waits_test, a_passivated_parent_is_woken_by_its_childs_end) {
   auto h = rt.start_workflow<int>("parent", {.id = "p"});
   ASSERT_TRUE(eventually([&] {
     clock_->advance(1s);
-    auto r = store_->get_run("p");
-    return r && r->wake_at_ms.has_value();
+    return passivated("p");
   }));
   rt.resolve_promise("p.0", "go", 1);
   EXPECT_EQ(h.get(10s), 6);
@@ -518,8 +477,7 @@ TEST_F(waits_test, a_delivery_whose_notice_was_lost_is_found_by_polling) {
   auto h = owner.start_workflow<int>("wait", {.id = "x"});
   ASSERT_TRUE(eventually([&] {
     clock_->advance(1s);
-    auto r = store_->get_run("x");
-    return r && r->wake_at_ms.has_value();
+    return passivated("x");
   })) << "the waiting run was not passivated";
   // A busy channel: notices for other runs every 100 ms.
   std::atomic<bool> quiet{false};

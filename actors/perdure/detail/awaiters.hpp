@@ -145,6 +145,21 @@ inline std::string promise_id(const std::string& run_id,
   return "prm_" + std::to_string(run_id.size()) + "_" + run_id + name;
 }
 
+/// Returns a wait at the next journal index of `core`, named `label` (what
+/// replay checks), completed by the first of `sources` to deliver or at
+/// `due_ms` (ms since the epoch; 0: no deadline).
+inline operation wait_operation(run_core& core, std::string label,
+                                std::vector<wait_source> sources,
+                                std::int64_t due_ms = 0) {
+  operation op;
+  op.seq = core.next_seq();
+  op.kind = persistence::entry_kind::await;
+  op.name = std::move(label);
+  op.sources = std::move(sources);
+  op.due_ms = due_ms;
+  return op;
+}
+
 /// Returns the outcome of a recorded wait, or throws what it recorded
 /// (a rejection or a failed child as `terminal_error`).
 template <class T>

@@ -1,0 +1,75 @@
+#pragma once
+
+// What the timer tests share: a fresh database on the store under test, a
+// manual clock every runtime of the test reads, and questions about runs
+// asked of the store directly.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "perdure/config.hpp"
+#include "perdure/persistence/store.hpp"
+#include "perdure/testing/manual_clock.hpp"
+#include "support/test_support.hpp"
+
+namespace perdure::test {
+
+class timer_fixture : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = database::fresh();
+    store_ = persistence::open_store(db_.store_options());
+    store_->migrate();
+  }
+
+  /// Returns a runtime config on the test's database and manual clock.
+  config cfg(std::string executor = "local") {
+    auto c = db_.runtime_config(std::move(executor));
+    c.step_threads = 4;
+    c.clock = clock_;
+    return c;
+  }
+
+  /// Waits (really) until `pred()` holds; false after `limit`.
+  template <class P>
+  static bool eventually(P pred, std::chrono::milliseconds limit
+                                 = std::chrono::seconds{10}) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred())
+        return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds{5});
+    }
+    return pred();
+  }
+
+  /// Returns how many journal entries of kind `k` run `id` has.
+  int entries(const std::string& id, persistence::entry_kind k) {
+    int n = 0;
+    for (auto& e : store_->load_journals({id}))
+      n += e.kind == k ? 1 : 0;
+    return n;
+  }
+
+  /// Returns whether run `id` has a journal entry of kind `k`.
+  bool has_entry(const std::string& id, persistence::entry_kind k) {
+    return entries(id, k) > 0;
+  }
+
+  /// Returns whether run `id` is passivated (has a wake-up time).
+  bool passivated(const std::string& id) {
+    auto r = store_->get_run(id);
+    return r && r->wake_at_ms.has_value();
+  }
+
+  std::shared_ptr<perdure::testing::manual_clock> clock_
+    = std::make_shared<perdure::testing::manual_clock>();
+  database db_;
+  std::unique_ptr<persistence::store> store_;
+};
+
+} // namespace perdure::test
