@@ -22,8 +22,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-class timers_test : public test::timer_fixture {};
-
 /// A workflow that steps, sleeps an hour, and steps again, counting runs.
 struct napper {
   std::atomic<int> before{0}, after{0};
@@ -33,6 +31,29 @@ struct napper {
       co_await ctx.step("before", [this] { return ++before; });
       co_await ctx.sleep(1h);
       co_return co_await ctx.step("after", [this] { return ++after; });
+    });
+  }
+
+  /// Returns a started runtime on `c` that knows "nap".
+  std::unique_ptr<runtime> runtime_on(config c) {
+    auto rt = std::make_unique<runtime>(std::move(c));
+    define(*rt);
+    rt->start();
+    return rt;
+  }
+};
+
+class timers_test : public test::timer_fixture {
+protected:
+  /// Starts run "n" of "nap" on a runtime of `c`, and stops that runtime
+  /// once the sleep is recorded (`until_passivated`: once the run left
+  /// memory). False if that never happened.
+  bool stop_while_napping(napper& n, config c, bool until_passivated = false) {
+    auto rt = n.runtime_on(std::move(c));
+    rt->start_workflow<int>("nap", {.id = "n"});
+    return eventually([&] {
+      return until_passivated ? passivated("n")
+                              : has_entry("n", persistence::entry_kind::sleep);
     });
   }
 };
@@ -59,10 +80,8 @@ struct mailbox {
 
 TEST_F(timers_test, a_sleep_wakes_when_the_clock_reaches_it_and_not_before) {
   napper n;
-  runtime rt{cfg()};
-  n.define(rt);
-  rt.start();
-  auto h = rt.start_workflow<int>("nap", {.id = "n"});
+  auto rt = n.runtime_on(cfg());
+  auto h = rt->start_workflow<int>("nap", {.id = "n"});
   ASSERT_TRUE(eventually([&] { return has_entry("n", persistence::entry_kind::sleep); }));
   clock_->advance(59min);
   std::this_thread::sleep_for(100ms);
@@ -75,18 +94,10 @@ TEST_F(timers_test, a_sleep_wakes_when_the_clock_reaches_it_and_not_before) {
 
 TEST_F(timers_test, after_a_restart_a_run_sleeps_only_the_remainder) {
   napper n;
-  {
-    runtime rt{cfg()};
-    n.define(rt);
-    rt.start();
-    rt.start_workflow<int>("nap", {.id = "n"});
-    ASSERT_TRUE(eventually([&] { return has_entry("n", persistence::entry_kind::sleep); }));
-  }
+  ASSERT_TRUE(stop_while_napping(n, cfg()));
   clock_->advance(40min);
-  runtime rt{cfg()};
-  n.define(rt);
-  rt.start();
-  auto h = rt.retrieve_workflow<int>("n");
+  auto rt = n.runtime_on(cfg());
+  auto h = rt->retrieve_workflow<int>("n");
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(h.status(), run_status::pending);
   clock_->advance(21min); // 61 minutes after the sleep began
@@ -96,28 +107,18 @@ TEST_F(timers_test, after_a_restart_a_run_sleeps_only_the_remainder) {
 
 TEST_F(timers_test, a_sleep_already_due_after_a_restart_does_not_wait) {
   napper n;
-  {
-    runtime rt{cfg()};
-    n.define(rt);
-    rt.start();
-    rt.start_workflow<int>("nap", {.id = "n"});
-    ASSERT_TRUE(eventually([&] { return has_entry("n", persistence::entry_kind::sleep); }));
-  }
+  ASSERT_TRUE(stop_while_napping(n, cfg()));
   clock_->advance(2h);
-  runtime rt{cfg()};
-  n.define(rt);
-  rt.start();
-  EXPECT_EQ(rt.retrieve_workflow<int>("n").get(10s), 1);
+  auto rt = n.runtime_on(cfg());
+  EXPECT_EQ(rt->retrieve_workflow<int>("n").get(10s), 1);
 }
 
 TEST_F(timers_test, a_long_sleep_passivates_and_its_timer_brings_the_run_back) {
   napper n;
   auto c = cfg();
   c.passivate_after = 50ms;
-  runtime rt{c};
-  n.define(rt);
-  rt.start();
-  auto h = rt.start_workflow<int>("nap", {.id = "n"});
+  auto rt = n.runtime_on(c);
+  auto h = rt->start_workflow<int>("nap", {.id = "n"});
   ASSERT_TRUE(eventually([&] { return passivated("n"); }));
   clock_->advance(61min);
   EXPECT_EQ(h.get(10s), 1);
@@ -128,35 +129,29 @@ TEST_F(timers_test, a_passivated_run_stays_out_of_memory_across_a_restart) {
   napper n;
   auto c = cfg();
   c.passivate_after = 50ms;
-  {
-    runtime rt{c};
-    n.define(rt);
-    rt.start();
-    rt.start_workflow<int>("nap", {.id = "n"});
-    ASSERT_TRUE(eventually([&] { return passivated("n"); }));
-  }
-  runtime rt{c};
-  n.define(rt);
-  rt.start();
+  ASSERT_TRUE(stop_while_napping(n, c, /*until_passivated=*/true));
+  auto rt = n.runtime_on(c);
   std::this_thread::sleep_for(100ms);
-  EXPECT_EQ(rt.retrieve_workflow<int>("n").status(), run_status::pending);
+  EXPECT_EQ(rt->retrieve_workflow<int>("n").status(), run_status::pending);
   clock_->advance(61min);
-  EXPECT_EQ(rt.retrieve_workflow<int>("n").get(10s), 1);
+  EXPECT_EQ(rt->retrieve_workflow<int>("n").get(10s), 1);
   EXPECT_EQ(n.before.load(), 1);
 }
 
 // A real process is SIGKILLed while sleeping (real clock): the restarted
 // runtime wakes the run when the recorded time comes, not a full sleep later.
 TEST_F(timers_test, a_process_killed_while_sleeping_wakes_at_the_recorded_time) {
-  auto pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    auto c = db_.runtime_config();
-    runtime rt{c};
+  auto define = [](runtime& rt) {
     rt.register_workflow("nap", [](workflow_context& ctx) -> task<int> {
       co_await ctx.sleep(3s);
       co_return 7;
     });
+  };
+  auto pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    runtime rt{db_.runtime_config()};
+    define(rt);
     rt.start();
     rt.start_workflow<int>("nap", {.id = "k"});
     pause();
@@ -170,12 +165,8 @@ TEST_F(timers_test, a_process_killed_while_sleeping_wakes_at_the_recorded_time) 
   auto due = std::chrono::system_clock::time_point{
     std::chrono::milliseconds{std::stoll(journal.at(0).payload)}};
   std::this_thread::sleep_for(1s);
-  auto c = db_.runtime_config();
-  runtime rt{c};
-  rt.register_workflow("nap", [](workflow_context& ctx) -> task<int> {
-    co_await ctx.sleep(3s);
-    co_return 7;
-  });
+  runtime rt{db_.runtime_config()};
+  define(rt);
   auto restarted = std::chrono::system_clock::now();
   rt.start();
   EXPECT_EQ(rt.retrieve_workflow<int>("k").get(10s), 7);
@@ -339,10 +330,8 @@ TEST_F(awakeable_test, a_resolution_from_another_process_survives_the_owners_res
 
 TEST_F(timers_test, cancelling_a_sleeping_run_ends_it_promptly) {
   napper n;
-  runtime rt{cfg()};
-  n.define(rt);
-  rt.start();
-  auto h = rt.start_workflow<int>("nap", {.id = "n"});
+  auto rt = n.runtime_on(cfg());
+  auto h = rt->start_workflow<int>("nap", {.id = "n"});
   ASSERT_TRUE(eventually([&] { return has_entry("n", persistence::entry_kind::sleep); }));
   auto t0 = std::chrono::steady_clock::now();
   h.cancel();
@@ -363,12 +352,10 @@ TEST_F(timers_test, cancelling_a_passivated_run_and_unknown_or_ended_runs) {
   napper n;
   auto c = cfg();
   c.passivate_after = 50ms;
-  runtime rt{c};
-  n.define(rt);
-  rt.start();
-  auto h = rt.start_workflow<int>("nap", {.id = "n"});
+  auto rt = n.runtime_on(c);
+  auto h = rt->start_workflow<int>("nap", {.id = "n"});
   ASSERT_TRUE(eventually([&] { return passivated("n"); }));
-  rt.cancel("n");
+  rt->cancel("n");
   EXPECT_THROW(h.get(5s), error);
   EXPECT_EQ(h.status(), run_status::cancelled);
   clock_->advance(2h);
@@ -376,7 +363,7 @@ TEST_F(timers_test, cancelling_a_passivated_run_and_unknown_or_ended_runs) {
   EXPECT_EQ(n.after.load(), 0);
   EXPECT_EQ(h.status(), run_status::cancelled);
   try {
-    rt.cancel("no-such-run");
+    rt->cancel("no-such-run");
     FAIL() << "cancelling an unknown run succeeded";
   } catch (const error& ex) {
     EXPECT_EQ(ex.code(), errc::not_found);
@@ -397,11 +384,9 @@ TEST_F(timers_test, cancelling_an_ended_run_changes_nothing) {
 TEST_F(timers_test, a_deadline_cancels_the_run_also_after_a_restart) {
   napper n;
   {
-    runtime rt{cfg()};
-    n.define(rt);
-    rt.start();
-    auto h = rt.start_workflow<int>("nap", {.id = "d1", .timeout = 30min});
-    rt.start_workflow<int>("nap", {.id = "d2", .timeout = 30min});
+    auto rt = n.runtime_on(cfg());
+    auto h = rt->start_workflow<int>("nap", {.id = "d1", .timeout = 30min});
+    rt->start_workflow<int>("nap", {.id = "d2", .timeout = 30min});
     ASSERT_TRUE(eventually([&] { return has_entry("d1", persistence::entry_kind::sleep); }));
     clock_->advance(31min);
     try {
@@ -418,20 +403,16 @@ TEST_F(timers_test, a_deadline_cancels_the_run_also_after_a_restart) {
   }
   // A new run whose deadline must survive the restart.
   {
-    runtime rt{cfg()};
-    n.define(rt);
-    rt.start();
-    rt.start_workflow<int>("nap", {.id = "d3", .timeout = 30min});
+    auto rt = n.runtime_on(cfg());
+    rt->start_workflow<int>("nap", {.id = "d3", .timeout = 30min});
     ASSERT_TRUE(eventually([&] { return has_entry("d3", persistence::entry_kind::sleep); }));
   }
-  runtime rt{cfg()};
-  n.define(rt);
-  rt.start();
+  auto rt = n.runtime_on(cfg());
   clock_->advance(29min);
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(store_->get_run("d3")->status, run_status::pending);
   clock_->advance(2min);
-  EXPECT_THROW(rt.retrieve_workflow<int>("d3").get(5s), error);
+  EXPECT_THROW(rt->retrieve_workflow<int>("d3").get(5s), error);
   EXPECT_EQ(store_->get_run("d3")->status, run_status::cancelled);
   EXPECT_EQ(n.after.load(), 0);
 }

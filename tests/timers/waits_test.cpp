@@ -377,19 +377,22 @@ TEST_F(waits_test, a_passivated_parent_is_woken_by_its_childs_end) {
 // checkpointed, again and again: the child still runs exactly once.
 TEST_F(waits_test, a_child_is_started_exactly_once_under_crashes) {
   test::sql_client sql{db_};
+  auto define = [](runtime& rt) {
+    rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+      co_await ctx.sleep(2s);
+      co_return 1;
+    });
+    rt.register_workflow("parent", [](workflow_context& ctx) -> task<int> {
+      auto c = co_await ctx.start_child<int>("child", 0);
+      co_return co_await c;
+    });
+  };
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       runtime rt{db_.runtime_config()};
-      rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
-        co_await ctx.sleep(2s);
-        co_return 1;
-      });
-      rt.register_workflow("parent", [](workflow_context& ctx) -> task<int> {
-        auto c = co_await ctx.start_child<int>("child", 0);
-        co_return co_await c;
-      });
+      define(rt);
       rt.start();
       rt.start_workflow<int>("parent", {.id = "p"});
       pause();
@@ -401,14 +404,7 @@ TEST_F(waits_test, a_child_is_started_exactly_once_under_crashes) {
     waitpid(pid, nullptr, 0);
   }
   runtime rt{db_.runtime_config()};
-  rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
-    co_await ctx.sleep(2s);
-    co_return 1;
-  });
-  rt.register_workflow("parent", [](workflow_context& ctx) -> task<int> {
-    auto c = co_await ctx.start_child<int>("child", 0);
-    co_return co_await c;
-  });
+  define(rt);
   rt.start();
   EXPECT_EQ(rt.retrieve_workflow<int>("p").get(15s), 1);
   EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
