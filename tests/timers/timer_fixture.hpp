@@ -6,12 +6,18 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "perdure/config.hpp"
+#include "perdure/runtime.hpp"
 #include "perdure/persistence/store.hpp"
 #include "perdure/testing/manual_clock.hpp"
 #include "support/test_support.hpp"
@@ -45,6 +51,30 @@ protected:
       std::this_thread::sleep_for(std::chrono::milliseconds{5});
     }
     return pred();
+  }
+
+  /// Forks a process that builds a runtime (executor "local", real clock),
+  /// lets `define` register its workflows, starts `workflow` as run `id`
+  /// and waits to be killed; returns its pid (-1 if fork failed).
+  template <class Define>
+  pid_t fork_runtime(Define define, const std::string& workflow,
+                     const std::string& id) {
+    auto pid = fork();
+    if (pid == 0) {
+      runtime rt{db_.runtime_config()};
+      define(rt);
+      rt.start();
+      rt.start_workflow<int>(workflow, {.id = id});
+      pause();
+      _exit(0);
+    }
+    return pid;
+  }
+
+  /// SIGKILLs process `pid` and reaps it.
+  static void kill_process(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
   }
 
   /// Returns how many journal entries of kind `k` run `id` has.

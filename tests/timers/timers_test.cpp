@@ -4,10 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -147,19 +143,10 @@ TEST_F(timers_test, a_process_killed_while_sleeping_wakes_at_the_recorded_time) 
       co_return 7;
     });
   };
-  auto pid = fork();
+  auto pid = fork_runtime(define, "nap", "k");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    runtime rt{db_.runtime_config()};
-    define(rt);
-    rt.start();
-    rt.start_workflow<int>("nap", {.id = "k"});
-    pause();
-    _exit(0);
-  }
   auto sleep_recorded = eventually([&] { return has_entry("k", persistence::entry_kind::sleep); });
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
+  kill_process(pid);
   ASSERT_TRUE(sleep_recorded);
   auto journal = store_->load_journals({"k"});
   auto due = std::chrono::system_clock::time_point{
@@ -426,20 +413,11 @@ TEST_F(awakeable_test, a_process_killed_while_awaiting_gets_the_value_after_rest
       co_return co_await a + 1;
     });
   };
-  auto pid = fork();
+  auto pid = fork_runtime(define, "wait", "k");
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    runtime rt{db_.runtime_config()};
-    define(rt);
-    rt.start();
-    rt.start_workflow<int>("wait", {.id = "k"});
-    pause();
-    _exit(0);
-  }
   auto created = eventually([&] { return has_entry("k", persistence::entry_kind::awakeable); });
   std::this_thread::sleep_for(50ms); // let it reach the await
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
+  kill_process(pid);
   ASSERT_TRUE(created);
   {
     runtime other{db_.runtime_config("other")};

@@ -3,10 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -23,6 +19,15 @@ using namespace std::chrono_literals;
 namespace {
 
 class waits_test : public test::timer_fixture {};
+
+/// Defines "wait": the next message on topic "t" within 10 minutes, or
+/// "timeout".
+void define_recv_within_10min(runtime& rt) {
+  rt.register_workflow("wait", [](workflow_context& ctx) -> task<std::string> {
+    auto got = co_await ctx.recv<int>("t", 10min);
+    co_return got ? std::to_string(*got) : std::string{"timeout"};
+  });
+}
 
 } // namespace
 
@@ -135,10 +140,7 @@ TEST_F(waits_test, received_messages_are_not_received_again_after_a_restart) {
 
 TEST_F(waits_test, recv_times_out_on_the_clock_and_replay_keeps_the_timeout) {
   runtime rt{cfg()};
-  rt.register_workflow("wait", [](workflow_context& ctx) -> task<std::string> {
-    auto got = co_await ctx.recv<int>("t", 10min);
-    co_return got ? std::to_string(*got) : std::string{"timeout"};
-  });
+  define_recv_within_10min(rt);
   rt.start();
   auto h = rt.start_workflow<std::string>("wait", {.id = "w"});
   ASSERT_TRUE(eventually([&] { return entries("w", persistence::entry_kind::deadline) == 1; }));
@@ -153,22 +155,16 @@ TEST_F(waits_test, recv_times_out_on_the_clock_and_replay_keeps_the_timeout) {
 }
 
 TEST_F(waits_test, after_a_restart_recv_waits_only_the_rest_of_its_timeout) {
-  auto define = [](runtime& rt) {
-    rt.register_workflow("wait", [](workflow_context& ctx) -> task<std::string> {
-      auto got = co_await ctx.recv<int>("t", 10min);
-      co_return got ? std::to_string(*got) : std::string{"timeout"};
-    });
-  };
   {
     runtime rt{cfg()};
-    define(rt);
+    define_recv_within_10min(rt);
     rt.start();
     rt.start_workflow<std::string>("wait", {.id = "w"});
     ASSERT_TRUE(eventually([&] { return entries("w", persistence::entry_kind::deadline) == 1; }));
   }
   clock_->advance(8min);
   runtime rt{cfg()};
-  define(rt);
+  define_recv_within_10min(rt);
   rt.start();
   auto h = rt.retrieve_workflow<std::string>("w");
   std::this_thread::sleep_for(100ms);
@@ -179,10 +175,7 @@ TEST_F(waits_test, after_a_restart_recv_waits_only_the_rest_of_its_timeout) {
 
 TEST_F(waits_test, a_message_before_the_timeout_wins) {
   runtime rt{cfg()};
-  rt.register_workflow("wait", [](workflow_context& ctx) -> task<std::string> {
-    auto got = co_await ctx.recv<int>("t", 10min);
-    co_return got ? std::to_string(*got) : std::string{"timeout"};
-  });
+  define_recv_within_10min(rt);
   rt.start();
   auto h = rt.start_workflow<std::string>("wait", {.id = "w"});
   ASSERT_TRUE(eventually([&] { return entries("w", persistence::entry_kind::deadline) == 1; }));
@@ -388,20 +381,11 @@ TEST_F(waits_test, a_child_is_started_exactly_once_under_crashes) {
     });
   };
   for (int attempt = 0; attempt < 3; ++attempt) {
-    auto pid = fork();
+    auto pid = fork_runtime(define, "parent", "p");
     ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      runtime rt{db_.runtime_config()};
-      define(rt);
-      rt.start();
-      rt.start_workflow<int>("parent", {.id = "p"});
-      pause();
-      _exit(0);
-    }
     eventually([&] { return entries("p", persistence::entry_kind::child) == 1; });
     std::this_thread::sleep_for(std::chrono::milliseconds{30 * attempt});
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+    kill_process(pid);
   }
   runtime rt{db_.runtime_config()};
   define(rt);
