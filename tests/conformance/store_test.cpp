@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "perdure/error.hpp"
@@ -62,11 +63,11 @@ TEST_F(store_test, reports_its_dialect) {
 }
 
 TEST_F(store_test, migrations_are_versioned_and_idempotent) {
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   store_->migrate();
   auto other = open_store(db_.store_options());
   other->migrate();
-  EXPECT_EQ(other->schema_version(), 2);
+  EXPECT_EQ(other->schema_version(), 3);
 }
 
 TEST_F(store_test, create_run_is_idempotent_by_id) {
@@ -217,6 +218,68 @@ TEST_F(store_test, completions_are_fenced_and_final) {
       .appends.at(0));
   // An ended run is not claimed by recovery.
   EXPECT_TRUE(store_->claim_pending_runs("exec-a").empty());
+}
+
+// -- passivated runs and deliveries ---------------------------------------------------
+
+TEST_F(store_test, deliveries_mark_only_passivated_runs_for_the_sweep) {
+  for (auto id : {"in-memory", "passivated", "revived"})
+    ASSERT_TRUE(store_->create_run(make_run(id)).created);
+  fence owner{"exec-a", 1};
+  ASSERT_TRUE(store_->set_wake_at(owner, "passivated", 5000));
+  ASSERT_TRUE(store_->set_wake_at(owner, "revived", 1000)); // due, in memory
+  EXPECT_TRUE(store_->send_message("in-memory", "t", "x", 3000));
+  EXPECT_TRUE(store_->send_message("passivated", "t", "x", 3000));
+  resolution r{.id = "promise-of-revived", .run_id = "revived", .seq = -1,
+               .result = outcome::value, .payload = "1", .error = {},
+               .at_ms = 3000};
+  EXPECT_EQ(store_->resolve(r), resolve_result::resolved);
+  EXPECT_FALSE(store_->get_run("in-memory")->wake_at_ms.has_value());
+  EXPECT_EQ(store_->get_run("passivated")->wake_at_ms,
+            delivered_while_passivated);
+  EXPECT_EQ(store_->get_run("revived")->wake_at_ms, 1000);
+  EXPECT_EQ(store_->awake_runs("exec-a"), std::vector<std::string>{"passivated"});
+  EXPECT_TRUE(store_->awake_runs("exec-b").empty());
+  EXPECT_FALSE(store_->send_message("no-such-run", "t", "x", 3000));
+  // Passivating again replaces the mark.
+  ASSERT_TRUE(store_->set_wake_at(owner, "passivated", 9000));
+  EXPECT_TRUE(store_->awake_runs("exec-a").empty());
+}
+
+// On both write paths (a small batch is one statement, a large one COPY).
+TEST_F(store_test, a_completed_child_marks_its_passivated_parent_in_the_same_batch) {
+  for (std::size_t appends : {std::size_t{0}, std::size_t{40}}) {
+    SCOPED_TRACE(appends);
+    auto n = std::to_string(appends);
+    fence owner{"exec-a", 1};
+    for (auto parent : {"waiting-" + n, "busy-" + n}) {
+      ASSERT_TRUE(store_->create_run(make_run(parent)).created);
+      auto child = make_run(parent + ".0");
+      child.parent_id = parent;
+      ASSERT_TRUE(store_->create_run(child).created);
+    }
+    ASSERT_TRUE(store_->set_wake_at(owner, "waiting-" + n,
+                                    std::numeric_limits<std::int64_t>::max()));
+    write_batch batch;
+    for (std::size_t i = 0; i < appends; ++i)
+      batch.appends.push_back(append("busy-" + n, static_cast<int>(i), owner));
+    for (auto child : {"waiting-" + n + ".0", "busy-" + n + ".0"})
+      batch.completions.push_back({.run_id = child,
+                                   .owner = owner,
+                                   .status = run_status::success,
+                                   .output = std::string{"1"},
+                                   .error = std::nullopt,
+                                   .at_ms = 3000});
+    auto result = store_->write_batch(batch);
+    EXPECT_EQ(result.completions, (std::vector<bool>{true, true}));
+    EXPECT_EQ(store_->get_run("waiting-" + n)->wake_at_ms,
+              delivered_while_passivated);
+    EXPECT_FALSE(store_->get_run("busy-" + n)->wake_at_ms.has_value())
+      << "a parent in memory was marked";
+    EXPECT_EQ(store_->awake_runs("exec-a"),
+              std::vector<std::string>{"waiting-" + n});
+    ASSERT_TRUE(store_->set_wake_at(owner, "waiting-" + n, std::nullopt));
+  }
 }
 
 TEST_F(store_test, a_transaction_commits_user_rows_and_checkpoint_together) {

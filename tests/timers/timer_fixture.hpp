@@ -90,10 +90,10 @@ protected:
     return entries(id, k) > 0;
   }
 
-  /// Returns whether run `id` is passivated (has a wake-up time).
+  /// Returns whether run `id` is passivated (has a wake-up time to come).
   bool passivated(const std::string& id) {
     auto r = store_->get_run(id);
-    return r && r->wake_at_ms.has_value();
+    return r && r->wake_at_ms.value_or(0) > 0;
   }
 
   std::shared_ptr<perdure::testing::manual_clock> clock_

@@ -366,6 +366,43 @@ TEST_F(waits_test, a_passivated_parent_is_woken_by_its_childs_end) {
   EXPECT_EQ(h.get(10s), 6);
 }
 
+// A parent brought back by its child's end is in memory again: a restart
+// must recover it, not take it for still passivated.
+TEST_F(waits_test, a_parent_woken_by_its_childs_end_is_recovered_after_a_restart) {
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  auto define = [](runtime& rt) {
+    rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+      co_await ctx.promise<int>("go");
+      co_return 5;
+    });
+    rt.register_workflow("parent", [](workflow_context& ctx) -> task<int> {
+      auto child = co_await ctx.start_child<int>("child", 0);
+      auto v = co_await child;
+      auto extra = co_await ctx.recv<int>("t", 1h); // waits in memory
+      co_return v + extra.value_or(100);
+    });
+  };
+  {
+    runtime rt{c};
+    define(rt);
+    rt.start();
+    rt.start_workflow<int>("parent", {.id = "p"});
+    ASSERT_TRUE(eventually([&] {
+      clock_->advance(1s);
+      return passivated("p");
+    }));
+    rt.resolve_promise("p.0", "go", 1);
+    ASSERT_TRUE(eventually([&] { return entries("p", persistence::entry_kind::deadline) == 1; }))
+      << "the parent did not come back for its child's end";
+  }
+  runtime rt{c};
+  define(rt);
+  rt.start();
+  clock_->advance(2h); // only a parent in memory has a timer for its recv
+  EXPECT_EQ(rt.retrieve_workflow<int>("p").get(10s), 105);
+}
+
 // The parent's process is SIGKILLed right after the child's start was
 // checkpointed, again and again: the child still runs exactly once.
 TEST_F(waits_test, a_child_is_started_exactly_once_under_crashes) {

@@ -140,7 +140,23 @@ std::string complete_sql(const std::string& s, int first) {
          + p(0, "text")
          + ") AND r.id = u.id AND r.executor = u.executor AND r.epoch = "
            "u.epoch AND (r.status = 'PENDING' OR r.status = u.status) "
-           "RETURNING r.id";
+           "RETURNING r.id, r.parent_id, u.at";
+}
+
+/// Returns the SET clause of a delivery at time `at` (a parameter): the run
+/// row is always written, so a passivation committing meanwhile is ordered
+/// before or after it, and marked only if it is passivated now.
+std::string mark_delivered(const std::string& at) {
+  return "wake_at = CASE WHEN wake_at > " + at + " THEN 0 ELSE wake_at END";
+}
+
+/// Returns the CTE that marks the passivated parents of the runs in CTE
+/// `completed` as delivered to (a parent in memory is woken in-process and
+/// is not locked here: its appends may be in another batch).
+std::string wake_parents_sql(const std::string& s) {
+  return "woken AS (UPDATE " + s
+         + "runs p SET wake_at = 0 FROM completed c WHERE p.id = c.parent_id "
+           "AND p.wake_at > c.at AND p.id NOT IN (SELECT id FROM completed))";
 }
 
 } // namespace
@@ -226,12 +242,13 @@ void postgres_store::connect() {
   c->prepare("awake_runs",
              "SELECT id FROM " + s
                + "runs WHERE executor = $1 AND status = 'PENDING' AND wake_at "
-                 "IS NULL");
+                 "= 0");
   c->prepare("run_exists",
              "SELECT 1 FROM " + s + "runs WHERE id = $1");
   c->prepare("send_message",
              "WITH woken AS (UPDATE " + s
-               + "runs SET wake_at = NULL WHERE id = $1 RETURNING id) INSERT "
+               + "runs SET " + mark_delivered("$4")
+               + " WHERE id = $1 RETURNING id) INSERT "
                  "INTO "
                + s
                + "messages (run_id, topic, payload, created_at) SELECT id, "
@@ -247,8 +264,8 @@ void postgres_store::connect() {
                  "excluded.value, updated_at = excluded.updated_at");
   c->prepare("get_event",
              "SELECT value FROM " + s + "events WHERE run_id = $1 AND key = $2");
-  c->prepare("wake_run",
-             "UPDATE " + s + "runs SET wake_at = NULL WHERE id = $1");
+  c->prepare("wake_run", "UPDATE " + s + "runs SET " + mark_delivered("$2")
+                          + " WHERE id = $1");
   c->prepare("get_resolution",
              "SELECT id, run_id, seq, outcome, payload, error, created_at "
              "FROM "
@@ -297,10 +314,12 @@ void postgres_store::connect() {
                  "created_at) WHERE j.run_id IN (SELECT id FROM owned) ON "
                  "CONFLICT (run_id, seq) DO NOTHING), "
                  "completed AS ("
-               + complete_sql(s, 12)
-               + ") SELECT 'a', id FROM owned UNION ALL SELECT 'c', id FROM "
+               + complete_sql(s, 12) + "), " + wake_parents_sql(s)
+               + " SELECT 'a', id FROM owned UNION ALL SELECT 'c', id FROM "
                  "completed");
-  c->prepare("complete_runs", complete_sql(s, 1));
+  c->prepare("complete_runs", "WITH completed AS (" + complete_sql(s, 1)
+                                + "), " + wake_parents_sql(s)
+                                + " SELECT id FROM completed");
   c->prepare("insert_entry",
              "INSERT INTO " + s
                + "journal (run_id, seq, kind, name, outcome, payload, error, "
@@ -464,7 +483,7 @@ resolve_result postgres_store::resolve(const resolution& r) {
       r.at_ms);
     if (ins.affected_rows() == 0)
       return resolve_result::already_resolved; // rolls back (nothing done)
-    w.exec_prepared("wake_run", r.run_id);
+    w.exec_prepared("wake_run", r.run_id, r.at_ms);
     w.commit();
     return resolve_result::resolved;
   });

@@ -22,6 +22,11 @@ struct fence {
   friend bool operator==(const fence&, const fence&) = default;
 };
 
+/// The wake-up time a delivery (a resolution, a message, a child's end)
+/// gives a passivated run: due at once. Only deliveries write it, so the
+/// runs to bring back are found by it alone (an index of their own).
+constexpr std::int64_t delivered_while_passivated = 0;
+
 /// One workflow run.
 struct run_record {
   std::string id;
@@ -35,8 +40,11 @@ struct run_record {
   std::string app_version;
   std::int64_t created_at_ms = 0;
   std::int64_t updated_at_ms = 0;
-  /// Set while the run is passivated: nothing needs it in memory before
-  /// this time (its timer) unless something is delivered to it.
+  /// Null while the run is (or should be) in memory. Set while it is
+  /// passivated: nothing needs it in memory before this time (its timer)
+  /// unless something is delivered to it, which sets it to
+  /// `delivered_while_passivated` so that the owner's sweep and recovery
+  /// bring it back.
   std::optional<std::int64_t> wake_at_ms;
   /// The run that started this one as its child, if any.
   std::optional<std::string> parent_id;

@@ -494,9 +494,7 @@ resolve_result sqlite_store::resolve(const resolution& r) {
       .run();
     if (sqlite3_changes(db_) == 0)
       return resolve_result::already_resolved;
-    prepare("UPDATE runs SET wake_at = NULL WHERE id = ?1")
-      .bind(1, r.run_id)
-      .run();
+    mark_delivered(r.run_id, r.at_ms);
     return resolve_result::resolved;
   });
 }
@@ -528,7 +526,7 @@ void sqlite_store::notify(std::string_view) {
 std::vector<std::string> sqlite_store::awake_runs(std::string_view executor) {
   return with_retry([&] {
     auto& st = prepare("SELECT id FROM runs WHERE executor = ?1 AND status = "
-                       "'PENDING' AND wake_at IS NULL");
+                       "'PENDING' AND wake_at = 0");
     st.bind(1, executor);
     std::vector<std::string> ids;
     while (st.step())
@@ -542,10 +540,7 @@ bool sqlite_store::send_message(std::string_view run_id,
                                 std::string_view topic,
                                 std::string_view payload, std::int64_t at_ms) {
   return in_transaction([&] {
-    prepare("UPDATE runs SET wake_at = NULL WHERE id = ?1")
-      .bind(1, run_id)
-      .run();
-    if (sqlite3_changes(db_) == 0)
+    if (!mark_delivered(run_id, at_ms))
       return false;
     prepare("INSERT INTO messages (run_id, topic, payload, created_at) VALUES "
             "(?1, ?2, ?3, ?4)")
@@ -680,6 +675,17 @@ bool sqlite_store::fenced_ok(const std::string& run_id, const fence& owner) {
   return ok;
 }
 
+/// Records a delivery to run `run_id` at `at_ms`: marks it for the sweep if
+/// it is passivated now. Returns false if there is no such run.
+bool sqlite_store::mark_delivered(std::string_view run_id, std::int64_t at_ms) {
+  prepare("UPDATE runs SET wake_at = CASE WHEN wake_at > ?2 THEN 0 ELSE "
+          "wake_at END WHERE id = ?1")
+    .bind(1, run_id)
+    .bind(2, at_ms)
+    .run();
+  return sqlite3_changes(db_) == 1;
+}
+
 bool sqlite_store::insert_entry(const journal_entry& e) {
   prepare("INSERT INTO journal (run_id, seq, kind, name, outcome, payload, "
           "error, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
@@ -720,7 +726,14 @@ batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
         .bind(6, c.owner.executor)
         .bind(7, c.owner.epoch)
         .run();
-      result.completions.push_back(sqlite3_changes(db_) == 1);
+      auto completed = sqlite3_changes(db_) == 1;
+      if (completed) // a passivated parent may be waiting for this end
+        prepare("UPDATE runs SET wake_at = 0 WHERE id = (SELECT parent_id FROM "
+                "runs WHERE id = ?1) AND wake_at > ?2")
+          .bind(1, c.run_id)
+          .bind(2, c.at_ms)
+          .run();
+      result.completions.push_back(completed);
     }
     return result;
   });

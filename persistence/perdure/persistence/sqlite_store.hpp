@@ -68,6 +68,7 @@ private:
   auto in_transaction(F&& body);
   bool fenced_ok(const std::string& run_id, const fence& owner);
   bool insert_entry(const journal_entry& entry);
+  bool mark_delivered(std::string_view run_id, std::int64_t at_ms);
 
   std::string path_;
   std::chrono::milliseconds retry_budget_;

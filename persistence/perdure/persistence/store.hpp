@@ -88,8 +88,9 @@ public:
 
   /// Stores the outcome of awakeable `r.id` (created by journal entry
   /// `r.run_id`/`r.seq`, kind `awakeable`; `r.seq` -1: a promise of run
-  /// `r.run_id`, which need only exist) and clears the run's wake-up time so
-  /// that recovery brings it back. The first outcome stays.
+  /// `r.run_id`, which need only exist) and, if the run is passivated,
+  /// marks it `delivered_while_passivated` so that recovery and the sweep
+  /// bring it back. The first outcome stays.
   virtual resolve_result resolve(const resolution& r) = 0;
 
   /// Returns the stored outcome of awakeable `id`, if any.
@@ -99,14 +100,15 @@ public:
   /// `payload`, after the current transaction. A no-op on SQLite.
   virtual void notify(std::string_view payload) = 0;
 
-  /// Returns the PENDING runs of `executor` with no wake-up time: the ones
-  /// that should be in memory (a sweep revives those that are not).
+  /// Returns the PENDING runs of `executor` delivered to while passivated
+  /// (`delivered_while_passivated`): a sweep revives those not in memory.
   virtual std::vector<std::string> awake_runs(std::string_view executor) = 0;
 
   // -- messages and events -----------------------------------------------------
 
-  /// Queues `payload` for run `run_id` on `topic` and clears the run's
-  /// wake-up time. Returns false if there is no such run.
+  /// Queues `payload` for run `run_id` on `topic` and, if the run is
+  /// passivated, marks it as `resolve` does. Returns false if there is no
+  /// such run.
   virtual bool send_message(std::string_view run_id, std::string_view topic,
                             std::string_view payload, std::int64_t at_ms)
     = 0;
@@ -137,7 +139,9 @@ public:
   virtual std::vector<journal_entry>
   load_journals(const std::vector<std::string>& run_ids) = 0;
 
-  /// Commits all of `batch` in one transaction, each write fenced.
+  /// Commits all of `batch` in one transaction, each write fenced. A
+  /// completed run's passivated parent is marked `delivered_while_passivated`
+  /// in the same transaction (it may be waiting for this end).
   virtual batch_result write_batch(const write_batch& batch) = 0;
 
   /// Runs `body` and then appends `checkpoint` (with the payload `body`

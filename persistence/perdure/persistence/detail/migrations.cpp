@@ -64,6 +64,11 @@ std::vector<migration> sqlite_migrations() {
        " updated_at INTEGER NOT NULL,"
        " PRIMARY KEY (run_id, key)) WITHOUT ROWID",
      }},
+    {3,
+     "the runs delivered to while passivated, for the sweep",
+     {
+       "CREATE INDEX runs_delivered ON runs (executor) WHERE wake_at = 0",
+     }},
   };
 }
 
@@ -128,6 +133,12 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        " value BYTEA NOT NULL,"
        " updated_at BIGINT NOT NULL,"
        " PRIMARY KEY (run_id, key))",
+     }},
+    {3,
+     "the runs delivered to while passivated, for the sweep",
+     {
+       "CREATE INDEX runs_delivered ON " + s + "runs (executor) WHERE wake_at "
+         "= 0",
      }},
   };
 }
