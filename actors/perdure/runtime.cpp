@@ -284,9 +284,30 @@ void runtime_impl::cancelled(const std::string& id) {
       return;
     }
   }
-  // Passivated (or owned elsewhere): nothing to stop; tell the waiters.
+  // Passivated (or owned elsewhere): nothing to stop; tell the waiters, and
+  // the parent, which may be waiting for this end (out of memory, too).
   run_stopped(id, run_outcome{run_status::cancelled, std::nullopt,
                               std::string{"cancelled"}});
+  post_while_running([this, id] {
+    try {
+      auto run = tx_stores->with(
+        [&](persistence::store& db) { return db.get_run(id); });
+      if (run && run->parent_id)
+        wake(*run->parent_id, -1);
+    } catch (const std::exception& ex) {
+      // The store marked the parent: the sweep or the next start finds it.
+      spdlog::warn("perdure: could not wake the parent of cancelled run {}: {}",
+                   id, ex.what());
+    }
+  });
+}
+
+void runtime_impl::post_while_running(std::function<void()> job) {
+  // Under the lock: stop() clears running_ under it before it lets the
+  // executor go, so the executor outlives this post.
+  std::lock_guard guard{active_mtx_};
+  if (running_)
+    steps->post(std::move(job));
 }
 
 bool runtime_impl::is_active(const std::string& id) const {
@@ -295,17 +316,16 @@ bool runtime_impl::is_active(const std::string& id) const {
 }
 
 void runtime_impl::wake(const std::string& id, std::int32_t seq) {
-  {
-    std::lock_guard guard{active_mtx_};
-    if (!running_)
-      return;
-    auto i = active_.find(id);
-    if (i != active_.end()) {
-      ++i->second.wakes;
-      signal_run(i->second.actor, run_signal::wake, seq);
-      return;
-    }
+  std::lock_guard guard{active_mtx_};
+  if (!running_)
+    return;
+  auto i = active_.find(id);
+  if (i != active_.end()) {
+    ++i->second.wakes;
+    signal_run(i->second.actor, run_signal::wake, seq);
+    return;
   }
+  // Under the lock, as in post_while_running.
   steps->post([this, id] { revive(id); });
 }
 

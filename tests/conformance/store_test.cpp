@@ -282,6 +282,29 @@ TEST_F(store_test, a_completed_child_marks_its_passivated_parent_in_the_same_bat
   }
 }
 
+TEST_F(store_test, cancelling_a_child_marks_its_passivated_parent) {
+  fence owner{"exec-a", 1};
+  ASSERT_TRUE(store_->create_run(make_run("parent")).created);
+  auto child = make_run("parent.0");
+  child.parent_id = "parent";
+  ASSERT_TRUE(store_->create_run(child).created);
+  auto grandchild = make_run("parent.0.0");
+  grandchild.parent_id = "parent.0";
+  ASSERT_TRUE(store_->create_run(grandchild).created);
+  ASSERT_TRUE(store_->set_wake_at(owner, "parent",
+                                  std::numeric_limits<std::int64_t>::max()));
+  auto ids = store_->cancel_run("parent.0", 3000);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::string>{"parent.0", "parent.0.0"}));
+  EXPECT_EQ(store_->get_run("parent")->status, run_status::pending);
+  EXPECT_EQ(store_->get_run("parent")->wake_at_ms, delivered_while_passivated);
+  EXPECT_EQ(store_->awake_runs("exec-a"), std::vector<std::string>{"parent"});
+  // Cancelling again changes nothing.
+  ASSERT_TRUE(store_->set_wake_at(owner, "parent", 9000));
+  EXPECT_TRUE(store_->cancel_run("parent.0", 4000).empty());
+  EXPECT_EQ(store_->get_run("parent")->wake_at_ms, 9000);
+}
+
 TEST_F(store_test, a_transaction_commits_user_rows_and_checkpoint_together) {
   test::sql_client sql{db_};
   create_accounts(sql);

@@ -366,6 +366,34 @@ TEST_F(waits_test, a_passivated_parent_is_woken_by_its_childs_end) {
   EXPECT_EQ(h.get(10s), 6);
 }
 
+// Both out of memory: the child's cancellation must still reach the parent.
+TEST_F(waits_test, cancelling_a_passivated_child_wakes_its_passivated_parent) {
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  runtime rt{c};
+  rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+    co_await ctx.promise<int>("go");
+    co_return 5;
+  });
+  rt.register_workflow("parent", [](workflow_context& ctx) -> task<std::string> {
+    auto child = co_await ctx.start_child<int>("child", 0);
+    try {
+      co_return std::to_string(co_await child);
+    } catch (const terminal_error& ex) {
+      co_return std::string{"child failed: "} + ex.what();
+    }
+  });
+  rt.start();
+  auto h = rt.start_workflow<std::string>("parent", {.id = "p"});
+  ASSERT_TRUE(eventually([&] {
+    clock_->advance(1s);
+    return passivated("p") && passivated("p.0");
+  }));
+  rt.cancel("p.0");
+  auto out = h.get(10s);
+  EXPECT_NE(out.find("CANCELLED"), std::string::npos) << out;
+}
+
 // A parent brought back by its child's end is in memory again: a restart
 // must recover it, not take it for still passivated.
 TEST_F(waits_test, a_parent_woken_by_its_childs_end_is_recovered_after_a_restart) {

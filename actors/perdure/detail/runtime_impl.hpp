@@ -7,6 +7,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -99,8 +100,13 @@ public:
   /// Run `id`'s deadline came: cancels it (on the step executor).
   void deadline_passed(const std::string& id);
 
-  /// Run `id` was cancelled in the store: stops its actor, if any.
+  /// Run `id` was cancelled in the store: stops its actor, if any, or
+  /// wakes the parent waiting for it.
   void cancelled(const std::string& id);
+
+  /// Posts `job` to the step executor unless the runtime is stopping (then
+  /// the executor may be going away; the store keeps what the job was for).
+  void post_while_running(std::function<void()> job);
 
   /// Returns how often run `id` was woken (see `finish_passivation`).
   std::uint64_t wake_count(const std::string& id) const;

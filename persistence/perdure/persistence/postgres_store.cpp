@@ -218,17 +218,24 @@ void postgres_store::connect() {
              "UPDATE " + s
                + "runs SET wake_at = $4 WHERE id = $1 AND executor = $2 AND "
                  "epoch = $3 AND status = 'PENDING'");
+  // The run and its PENDING descendants end; the run's own parent, if it
+  // is passivated (waiting for this end, maybe), is marked delivered.
   c->prepare("cancel_run",
              "WITH RECURSIVE tree(id) AS (SELECT id FROM " + s
                + "runs WHERE id = $1 AND status = 'PENDING' UNION SELECT r.id "
                  "FROM "
                + s
                + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
-                 "'PENDING') UPDATE "
+                 "'PENDING'), cancelled AS (UPDATE "
                + s
                + "runs SET status = 'CANCELLED', error = 'cancelled', "
                  "wake_at = NULL, updated_at = $2 WHERE id IN (SELECT id FROM "
-                 "tree) AND status = 'PENDING' RETURNING id");
+                 "tree) AND status = 'PENDING' RETURNING id, parent_id), "
+                 "woken AS (UPDATE "
+               + s
+               + "runs p SET wake_at = 0 FROM cancelled c WHERE c.id = $1 AND "
+                 "p.id = c.parent_id AND p.wake_at > $2) SELECT id FROM "
+                 "cancelled");
   c->prepare("awakeable_exists",
              "SELECT 1 FROM " + s
                + "journal WHERE run_id = $1 AND seq = $2 AND kind = "

@@ -464,6 +464,12 @@ std::vector<std::string> sqlite_store::cancel_run(std::string_view run_id,
     while (st.step())
       ids.push_back(st.text(0));
     st.reset();
+    if (!ids.empty()) // its parent, if passivated, may be waiting for it
+      prepare("UPDATE runs SET wake_at = 0 WHERE id = (SELECT parent_id FROM "
+              "runs WHERE id = ?1) AND wake_at > ?2")
+        .bind(1, run_id)
+        .bind(2, at_ms)
+        .run();
     return ids;
   });
 }

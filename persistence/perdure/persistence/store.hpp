@@ -78,8 +78,9 @@ public:
     = 0;
 
   /// Ends a PENDING run as CANCELLED (no fence: cancellation comes from
-  /// anywhere), and its PENDING descendants. Returns the ids cancelled,
-  /// empty if `run_id` was not PENDING.
+  /// anywhere), and its PENDING descendants; marks the run's parent
+  /// `delivered_while_passivated` if it is passivated. Returns the ids
+  /// cancelled, empty if `run_id` was not PENDING.
   virtual std::vector<std::string> cancel_run(std::string_view run_id,
                                               std::int64_t at_ms)
     = 0;
