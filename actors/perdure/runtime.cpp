@@ -146,12 +146,12 @@ void runtime_impl::start() {
 }
 
 void runtime_impl::recover() {
+  auto now = clock->now_ms();
   auto runs = with_control([&](persistence::store& db) {
-    return db.claim_pending_runs(cfg.executor_id);
+    return db.claim_pending_runs(cfg.executor_id, now);
   });
   // Passivated runs stay out of memory: their timer brings them back (a
-  // delivery clears the wake-up time, so those are loaded now).
-  auto now = clock->now_ms();
+  // delivery marks the wake-up time 0, so those are loaded now).
   for (auto& run : runs)
     if (run.deadline_ms)
       timers->schedule({*run.deadline_ms, run.id, deadline_seq});
@@ -190,10 +190,14 @@ void runtime_impl::recover() {
                   + std::to_string(cfg.max_recovery_attempts);
         c.at_ms = now_ms();
         run_outcome outcome{c.status, std::nullopt, c.error};
-        writer->complete(std::move(c), [this, id = run.id,
-                                        outcome](persistence::write_ack ack) {
-          if (ack == persistence::write_ack::committed)
-            run_stopped(id, outcome);
+        writer->complete(std::move(c), [this, id = run.id, outcome,
+                                        parent = run.parent_id](
+                                         persistence::write_ack ack) {
+          if (ack != persistence::write_ack::committed)
+            return;
+          run_stopped(id, outcome);
+          if (parent) // it may be waiting for this end
+            wake(*parent, -1);
         });
         continue;
       }

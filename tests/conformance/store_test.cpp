@@ -167,7 +167,7 @@ TEST_F(store_test, the_fence_rejects_stale_owners_and_keeps_the_rest_of_a_batch)
   store_->create_run(make_run("mine"));
   store_->create_run(make_run("stolen"));
   // Recovery bumps the epoch of every PENDING run of exec-a.
-  auto claimed = store_->claim_pending_runs("exec-a");
+  auto claimed = store_->claim_pending_runs("exec-a", 3000);
   ASSERT_EQ(claimed.size(), 2u);
   EXPECT_EQ(claimed[0].owner.epoch, 2);
   EXPECT_EQ(claimed[0].recovery_attempts, 1);
@@ -217,10 +217,29 @@ TEST_F(store_test, completions_are_fenced_and_final) {
                          .completions = {}})
       .appends.at(0));
   // An ended run is not claimed by recovery.
-  EXPECT_TRUE(store_->claim_pending_runs("exec-a").empty());
+  EXPECT_TRUE(store_->claim_pending_runs("exec-a", 3000).empty());
 }
 
 // -- passivated runs and deliveries ---------------------------------------------------
+
+TEST_F(store_test, a_claim_counts_a_recovery_only_for_runs_due_now) {
+  fence owner{"exec-a", 1};
+  for (auto id : {"running", "sleeping", "due", "delivered"})
+    ASSERT_TRUE(store_->create_run(make_run(id)).created);
+  ASSERT_TRUE(store_->set_wake_at(owner, "sleeping", 5000));
+  ASSERT_TRUE(store_->set_wake_at(owner, "due", 2000));
+  ASSERT_TRUE(store_->set_wake_at(owner, "delivered",
+                                  delivered_while_passivated));
+  for (int restart = 1; restart <= 3; ++restart) {
+    auto claimed = store_->claim_pending_runs("exec-a", 3000);
+    ASSERT_EQ(claimed.size(), 4u);
+    for (auto& r : claimed) {
+      SCOPED_TRACE(r.id);
+      EXPECT_EQ(r.owner.epoch, 1 + restart) << "every run is fenced";
+      EXPECT_EQ(r.recovery_attempts, r.id == "sleeping" ? 0 : restart);
+    }
+  }
+}
 
 TEST_F(store_test, deliveries_mark_only_passivated_runs_for_the_sweep) {
   for (auto id : {"in-memory", "passivated", "revived"})

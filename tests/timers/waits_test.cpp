@@ -394,6 +394,46 @@ TEST_F(waits_test, cancelling_a_passivated_child_wakes_its_passivated_parent) {
   EXPECT_NE(out.find("CANCELLED"), std::string::npos) << out;
 }
 
+// Recovery itself may end a child (recovered too often): its passivated
+// parent still hears of it.
+TEST_F(waits_test, a_child_ended_by_recovery_wakes_its_passivated_parent) {
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  auto define = [](runtime& rt) {
+    rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+      co_await ctx.promise<int>("go");
+      co_return 5;
+    });
+    rt.register_workflow("parent", [](workflow_context& ctx) -> task<std::string> {
+      auto child = co_await ctx.start_child<int>("child", 0);
+      try {
+        co_return std::to_string(co_await child);
+      } catch (const terminal_error& ex) {
+        co_return std::string{"child failed: "} + ex.what();
+      }
+    });
+  };
+  {
+    runtime rt{c};
+    define(rt);
+    rt.start();
+    rt.start_workflow<std::string>("parent", {.id = "p"});
+    ASSERT_TRUE(eventually([&] {
+      clock_->advance(1s);
+      return passivated("p") && passivated("p.0");
+    }));
+  }
+  // As if the child had been in memory at each of many crashes.
+  test::sql_client sql{db_};
+  sql.exec("UPDATE " + sql.table("runs")
+           + " SET recovery_attempts = 1000, wake_at = NULL WHERE id = 'p.0'");
+  runtime rt{c};
+  define(rt);
+  rt.start();
+  auto out = rt.retrieve_workflow<std::string>("p").get(10s);
+  EXPECT_NE(out.find("RETRIES_EXCEEDED"), std::string::npos) << out;
+}
+
 // A parent brought back by its child's end is in memory again: a restart
 // must recover it, not take it for still passivated.
 TEST_F(waits_test, a_parent_woken_by_its_childs_end_is_recovered_after_a_restart) {

@@ -280,8 +280,8 @@ void postgres_store::connect() {
   c->prepare("claim_runs",
              "UPDATE " + s
                + "runs SET epoch = epoch + 1, recovery_attempts = "
-                 "recovery_attempts + 1 WHERE executor = $1 AND status = "
-                 "'PENDING' RETURNING "
+                 "recovery_attempts + CASE WHEN wake_at > $2 THEN 0 ELSE 1 "
+                 "END WHERE executor = $1 AND status = 'PENDING' RETURNING "
                + run_columns);
   c->prepare("load_journals",
              "SELECT run_id, seq, kind, name, outcome, payload, error, "
@@ -600,11 +600,13 @@ std::optional<run_record> postgres_store::get_run(std::string_view id) {
 }
 
 std::vector<run_record>
-postgres_store::claim_pending_runs(std::string_view executor) {
+postgres_store::claim_pending_runs(std::string_view executor,
+                                   std::int64_t now_ms) {
   return with_retry([&] {
     pqxx::work w{*conn_};
     std::vector<run_record> result;
-    for (const auto& row : w.exec_prepared("claim_runs", std::string{executor}))
+    for (const auto& row :
+         w.exec_prepared("claim_runs", std::string{executor}, now_ms))
       result.push_back(read_run(row));
     w.commit();
     std::sort(result.begin(), result.end(), [](auto& a, auto& b) {

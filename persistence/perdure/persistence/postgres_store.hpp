@@ -48,7 +48,8 @@ public:
   std::optional<std::string> get_event(std::string_view run_id,
                                        std::string_view key) override;
   std::optional<run_record> get_run(std::string_view id) override;
-  std::vector<run_record> claim_pending_runs(std::string_view executor) override;
+  std::vector<run_record> claim_pending_runs(std::string_view executor,
+                                             std::int64_t now_ms) override;
   std::vector<journal_entry>
   load_journals(const std::vector<std::string>& run_ids) override;
   batch_result write_batch(const persistence::write_batch& batch) override;

@@ -621,12 +621,14 @@ std::optional<run_record> sqlite_store::get_run(std::string_view id) {
 }
 
 std::vector<run_record>
-sqlite_store::claim_pending_runs(std::string_view executor) {
+sqlite_store::claim_pending_runs(std::string_view executor,
+                                 std::int64_t now_ms) {
   return in_transaction([&] {
-    prepare("UPDATE runs SET epoch = epoch + 1, "
-            "recovery_attempts = recovery_attempts + 1 "
+    prepare("UPDATE runs SET epoch = epoch + 1, recovery_attempts = "
+            "recovery_attempts + CASE WHEN wake_at > ?2 THEN 0 ELSE 1 END "
             "WHERE executor = ?1 AND status = 'PENDING'")
       .bind(1, executor)
+      .bind(2, now_ms)
       .run();
     std::vector<run_record> result;
     auto& sel = prepare(std::string{"SELECT "} + run_columns

@@ -66,10 +66,12 @@ public:
   virtual std::optional<run_record> get_run(std::string_view id) = 0;
 
   /// Takes over every PENDING run owned by `executor`: bumps each run's
-  /// epoch (fencing out any zombie) and its recovery counter, and returns
-  /// the runs as they now are.
-  virtual std::vector<run_record> claim_pending_runs(std::string_view executor)
-    = 0;
+  /// epoch (fencing out any zombie) and returns the runs as they now are.
+  /// The recovery counter goes up only for the runs that will run now (no
+  /// wake-up time, or one not after `now_ms`): a run passivated across
+  /// restarts is not being recovered again and again.
+  virtual std::vector<run_record>
+  claim_pending_runs(std::string_view executor, std::int64_t now_ms) = 0;
 
   /// Records that run `run_id`, owned by `owner`, is out of memory until
   /// `wake_at_ms` (or clears it with nullopt). Returns false if fenced.
