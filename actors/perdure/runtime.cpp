@@ -668,18 +668,10 @@ void runtime::resolve(const std::string& id, bool ok, std::string bytes) {
     return error(errc::not_found, "no awakeable with id '"
                                     + persistence::valid_text(id) + "'");
   };
-  if (id.rfind("awk_", 0) != 0)
+  auto parsed = detail::parse_awakeable_id(id);
+  if (!parsed)
     throw unknown();
-  auto sep = id.find('_', 4);
-  if (sep == std::string::npos || sep == 4 || sep - 4 > 9
-      || id.find_first_not_of("0123456789", 4) != sep || sep + 1 >= id.size())
-    throw unknown();
-  persistence::resolution r;
-  r.id = id;
-  r.seq = std::stoi(id.substr(4, sep - 4));
-  r.run_id = id.substr(sep + 1);
-  if (!persistence::is_valid_name(r.run_id))
-    throw unknown();
+  auto& r = *parsed;
   store_resolution(*impl_, r, ok, std::move(bytes),
                    "awakeable with id '" + persistence::valid_text(id) + "'");
 }

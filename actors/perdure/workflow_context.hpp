@@ -224,6 +224,61 @@ public:
     return {*core_, std::move(op)};
   }
 
+  // -- delivering to other runs, exactly once ----------------------------------
+
+  /// Sends `value` to run `workflow_id` on `topic` (see `recv`), exactly
+  /// once: the message and this run's checkpoint commit together, and
+  /// replay does not send again. A run that does not exist is a
+  /// `terminal_error` (recorded: replay throws it again).
+  template <class T>
+  detail::operation_awaiter<void>
+  send(const std::string& workflow_id, std::string topic, const T& value) {
+    check_target(workflow_id, "workflow run '" + workflow_id + "'");
+    auto op = next_operation(persistence::entry_kind::send, std::move(topic),
+                             {});
+    persistence::outgoing_message m{workflow_id, op.name,
+                                    detail::encode_result(value, *core_),
+                                    core_->now_ms()};
+    return deliver(std::move(op), {std::move(m),
+                                   "workflow run '" + workflow_id + "'"});
+  }
+
+  /// Completes awakeable `id` (of any run) with `value`, exactly once, as
+  /// `runtime::resolve_awakeable` does from outside. An unknown id, or one
+  /// completed before, is a `terminal_error` (recorded).
+  template <class T>
+  detail::operation_awaiter<void> resolve_awakeable(const std::string& id,
+                                                    const T& value) {
+    return complete_awakeable(id, persistence::outcome::value,
+                              detail::encode_result(value, *core_));
+  }
+
+  /// Fails awakeable `id`: its waiter gets a `terminal_error` with `reason`.
+  detail::operation_awaiter<void> reject_awakeable(const std::string& id,
+                                                   std::string reason) {
+    return complete_awakeable(id, persistence::outcome::terminal,
+                              std::move(reason));
+  }
+
+  /// Completes promise `name` of run `workflow_id` with `value`, exactly
+  /// once, as `runtime::resolve_promise` does from outside. No such run, or
+  /// a promise completed before, is a `terminal_error` (recorded).
+  template <class T>
+  detail::operation_awaiter<void> resolve_promise(const std::string& workflow_id,
+                                                  const std::string& name,
+                                                  const T& value) {
+    return complete_promise(workflow_id, name, persistence::outcome::value,
+                            detail::encode_result(value, *core_));
+  }
+
+  /// Fails promise `name` of run `workflow_id` with `reason`.
+  detail::operation_awaiter<void> reject_promise(const std::string& workflow_id,
+                                                 const std::string& name,
+                                                 std::string reason) {
+    return complete_promise(workflow_id, name, persistence::outcome::terminal,
+                            std::move(reason));
+  }
+
   /// Starts workflow `name` with `input` as a child of this run: its start
   /// is checkpointed (replay does not start it twice), the parent is
   /// recorded, and cancelling the parent cancels it. `co_await` the returned
@@ -240,6 +295,63 @@ public:
   }
 
 private:
+  /// Throws `terminal_error` ("no <what>") unless `id` can name a run.
+  static void check_target(const std::string& id, const std::string& what) {
+    if (!persistence::is_valid_name(id))
+      throw terminal_error("no " + persistence::valid_text(what));
+  }
+
+  /// Returns the awaiter of delivery `d`, made by operation `op`.
+  detail::operation_awaiter<void> deliver(detail::operation op,
+                                          persistence::delivery d) {
+    op.delivery = std::make_shared<const persistence::delivery>(std::move(d));
+    return {*core_, std::move(op)};
+  }
+
+  /// Returns `r` completed with `result` and `bytes` (its value or, for a
+  /// rejection, the reason), now.
+  persistence::resolution completed(persistence::resolution r,
+                                    persistence::outcome result,
+                                    std::string bytes) const {
+    r.result = result;
+    if (result == persistence::outcome::value)
+      r.payload = std::move(bytes);
+    else
+      r.error = persistence::valid_text(bytes);
+    r.at_ms = core_->now_ms();
+    return r;
+  }
+
+  detail::operation_awaiter<void> complete_awakeable(const std::string& id,
+                                                     persistence::outcome result,
+                                                     std::string bytes) {
+    auto what = "awakeable with id '" + persistence::valid_text(id) + "'";
+    auto r = detail::parse_awakeable_id(id);
+    if (!r)
+      throw terminal_error("no " + what);
+    auto op = next_operation(persistence::entry_kind::resolve, "awakeable", {});
+    return deliver(std::move(op),
+                   {completed(std::move(*r), result, std::move(bytes)), what});
+  }
+
+  detail::operation_awaiter<void> complete_promise(const std::string& workflow_id,
+                                                   const std::string& name,
+                                                   persistence::outcome result,
+                                                   std::string bytes) {
+    auto what = "workflow run '" + workflow_id + "' (promise '" + name + "')";
+    check_target(workflow_id, what);
+    if (!persistence::is_valid_name(name))
+      throw terminal_error("promise names must be 1 to 255 bytes of UTF-8 "
+                           "without NUL");
+    persistence::resolution r;
+    r.id = detail::promise_id(workflow_id, name);
+    r.run_id = workflow_id;
+    r.seq = -1;
+    auto op = next_operation(persistence::entry_kind::resolve, "promise", {});
+    return deliver(std::move(op),
+                   {completed(std::move(r), result, std::move(bytes)), what});
+  }
+
   detail::sleep_awaiter sleep_until_ms(std::int64_t due_ms) {
     return detail::sleep_awaiter{*core_, core_->next_seq(), due_ms};
   }

@@ -324,6 +324,57 @@ TEST_F(store_test, cancelling_a_child_marks_its_passivated_parent) {
   EXPECT_EQ(store_->get_run("parent")->wake_at_ms, 9000);
 }
 
+TEST_F(store_test, a_delivery_commits_with_its_checkpoint_once_and_fenced) {
+  fence owner{"exec-a", 1};
+  ASSERT_TRUE(store_->create_run(make_run("sender")).created);
+  ASSERT_TRUE(store_->create_run(make_run("receiver")).created);
+  auto checkpoint = [](int seq) {
+    journal_entry e;
+    e.run_id = "sender";
+    e.seq = seq;
+    e.kind = entry_kind::send;
+    e.name = "t";
+    e.created_at_ms = 2000;
+    return e;
+  };
+  delivery to_receiver{outgoing_message{"receiver", "t", "1", 2000},
+                       "workflow run 'receiver'"};
+  auto sent = store_->deliver(owner, checkpoint(0), to_receiver);
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(sent->outcome, outcome::value);
+  // The same index again (a retried in-doubt commit): recorded, not resent.
+  sent = store_->deliver(owner, checkpoint(0), to_receiver);
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(sent->outcome, outcome::value);
+  EXPECT_TRUE(store_->next_message("receiver", "t", 0));
+  EXPECT_FALSE(store_->next_message("receiver", "t",
+                                    store_->next_message("receiver", "t", 0)->id))
+    << "sent twice";
+  // A zombie owner delivers nothing.
+  EXPECT_FALSE(store_->deliver({"exec-a", 0}, checkpoint(1), to_receiver));
+  EXPECT_TRUE(store_->load_journals({"sender"}).size() == 1);
+  // Deliveries that cannot happen are recorded as terminal errors.
+  auto lost = store_->deliver(owner, checkpoint(1),
+                              {outgoing_message{"nobody", "t", "1", 2000},
+                               "workflow run 'nobody'"});
+  ASSERT_TRUE(lost);
+  EXPECT_EQ(lost->outcome, outcome::terminal);
+  EXPECT_EQ(lost->error, "no workflow run 'nobody'");
+  resolution promise{.id = "prm-r", .run_id = "receiver", .seq = -1,
+                     .result = outcome::value, .payload = "1", .error = {},
+                     .at_ms = 2000};
+  auto first = store_->deliver(owner, checkpoint(2), {promise, "promise 'p'"});
+  auto second = store_->deliver(owner, checkpoint(3), {promise, "promise 'p'"});
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->outcome, outcome::value);
+  EXPECT_EQ(second->outcome, outcome::terminal);
+  EXPECT_EQ(second->error, "promise 'p' was already resolved or rejected");
+  auto journal = store_->load_journals({"sender"});
+  ASSERT_EQ(journal.size(), 4u);
+  EXPECT_EQ(journal[1].error, "no workflow run 'nobody'");
+  EXPECT_EQ(journal[3].outcome, outcome::terminal);
+}
+
 TEST_F(store_test, a_transaction_commits_user_rows_and_checkpoint_together) {
   test::sql_client sql{db_};
   create_accounts(sql);

@@ -586,3 +586,123 @@ TEST_F(waits_test, a_delivery_whose_notice_was_lost_is_found_by_polling) {
   noise.join();
   EXPECT_EQ(got, 42);
 }
+
+// -- deliveries from workflows ---------------------------------------------------
+
+// Each send commits with its checkpoint: replay after a restart sends
+// nothing again, so the receiver sees every message exactly once.
+TEST_F(waits_test, a_workflow_sends_each_message_exactly_once_across_a_restart) {
+  auto define = [](runtime& rt) {
+    rt.register_workflow("receiver", [](workflow_context& ctx) -> task<int> {
+      int sum = 0;
+      for (int i = 0; i < 3; ++i)
+        sum += co_await ctx.recv<int>("n");
+      co_return sum;
+    });
+    rt.register_workflow("sender", [](workflow_context& ctx) -> task<int> {
+      co_await ctx.send("r", "n", 1);
+      co_await ctx.send("r", "n", 2);
+      co_await ctx.promise<int>("go");
+      co_await ctx.send("r", "n", 4);
+      co_return 0;
+    });
+  };
+  {
+    runtime rt{cfg()};
+    define(rt);
+    rt.start();
+    rt.start_workflow<int>("receiver", {.id = "r"});
+    rt.start_workflow<int>("sender", {.id = "s"});
+    ASSERT_TRUE(eventually([&] { return entries("s", persistence::entry_kind::send) == 2; }));
+  }
+  runtime rt{cfg()};
+  define(rt);
+  rt.start();
+  rt.resolve_promise("s", "go", 1);
+  EXPECT_EQ(rt.retrieve_workflow<int>("r").get(10s), 7) << "a message was sent twice";
+  EXPECT_EQ(rt.retrieve_workflow<int>("s").get(10s), 0);
+  test::sql_client sql{db_};
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("messages")
+                         + " WHERE run_id = $1",
+                       {std::string{"r"}}),
+            "3");
+}
+
+TEST_F(waits_test, a_workflow_completes_another_runs_promise_and_awakeable) {
+  runtime rt{cfg()};
+  std::atomic<bool> published{false};
+  std::string awk;
+  rt.register_workflow("approver", [&](workflow_context& ctx) -> task<int> {
+    auto a = co_await ctx.awakeable<int>();
+    co_await ctx.step("publish", [&] {
+      awk = a.id();
+      published = true;
+    });
+    auto approved = co_await ctx.promise<int>("approved");
+    co_return approved + co_await a;
+  });
+  rt.register_workflow("helper", [&](workflow_context& ctx) -> task<int> {
+    co_await ctx.resolve_promise("a", "approved", 40);
+    auto id = co_await ctx.step("read", [&] { return awk; });
+    co_await ctx.resolve_awakeable(id, 2);
+    co_return 0;
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("approver", {.id = "a"});
+  ASSERT_TRUE(eventually([&] { return published.load(); }));
+  EXPECT_EQ(rt.start_workflow<int>("helper", {.id = "b"}).get(10s), 0);
+  EXPECT_EQ(h.get(10s), 42);
+}
+
+TEST_F(waits_test, deliveries_that_cannot_happen_are_recorded_terminal_errors) {
+  runtime rt{cfg()};
+  rt.register_workflow("waiter", [](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.promise<int>("p");
+  });
+  std::atomic<int> attempts{0};
+  rt.register_workflow("w", [&](workflow_context& ctx) -> task<std::string> {
+    std::string out;
+    auto note = [&](const char* what, const terminal_error& ex) {
+      out += std::string{what} + ": " + ex.what() + "\n";
+    };
+    ++attempts;
+    try {
+      co_await ctx.send("nobody", "t", 1);
+    } catch (const terminal_error& ex) {
+      note("send", ex);
+    }
+    try {
+      co_await ctx.resolve_awakeable("awk_0_nobody", 1);
+    } catch (const terminal_error& ex) {
+      note("awakeable", ex);
+    }
+    try {
+      co_await ctx.reject_awakeable("not an id", "no");
+    } catch (const terminal_error& ex) {
+      note("malformed", ex);
+    }
+    co_await ctx.resolve_promise("waiter", "p", 1);
+    try {
+      co_await ctx.reject_promise("waiter", "p", "too late");
+    } catch (const terminal_error& ex) {
+      note("again", ex);
+    }
+    co_return out;
+  });
+  rt.start();
+  auto waiter = rt.start_workflow<int>("waiter", {.id = "waiter"});
+  auto out = rt.start_workflow<std::string>("w", {.id = "w"}).get(10s);
+  EXPECT_EQ(out,
+            "send: no workflow run 'nobody'\n"
+            "awakeable: no awakeable with id 'awk_0_nobody'\n"
+            "malformed: no awakeable with id 'not an id'\n"
+            "again: workflow run 'waiter' (promise 'p') was already resolved "
+            "or rejected\n");
+  EXPECT_EQ(waiter.get(10s), 1) << "the first completion stays";
+  // Recorded: the failed deliveries are journal entries with their errors.
+  int failed = 0;
+  for (auto& e : store_->load_journals({"w"}))
+    if (e.outcome == persistence::outcome::terminal)
+      ++failed;
+  EXPECT_EQ(failed, 3);
+}

@@ -6,6 +6,7 @@
 
 #include <coroutine>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "perdure/detail/run_core.hpp"
 #include "perdure/error.hpp"
 #include "perdure/persistence/codec.hpp"
+#include "perdure/persistence/text.hpp"
 #include "perdure/step_failed.hpp"
 #include "perdure/terminal_error.hpp"
 
@@ -132,6 +134,25 @@ private:
 /// function of the run and the index, so replay hands out the same id.
 inline std::string awakeable_id(const std::string& run_id, std::int32_t seq) {
   return "awk_" + std::to_string(seq) + "_" + run_id;
+}
+
+/// Returns the resolution `awakeable_id` names (id, run, journal index),
+/// or nothing if `id` is not of its form.
+inline std::optional<persistence::resolution>
+parse_awakeable_id(const std::string& id) {
+  if (id.rfind("awk_", 0) != 0)
+    return std::nullopt;
+  auto sep = id.find('_', 4);
+  if (sep == std::string::npos || sep == 4 || sep - 4 > 9
+      || id.find_first_not_of("0123456789", 4) != sep || sep + 1 >= id.size())
+    return std::nullopt;
+  persistence::resolution r;
+  r.id = id;
+  r.seq = std::stoi(id.substr(4, sep - 4));
+  r.run_id = id.substr(sep + 1);
+  if (!persistence::is_valid_name(r.run_id))
+    return std::nullopt;
+  return r;
 }
 
 } // namespace detail

@@ -173,6 +173,8 @@ struct run_state : run_core {
         start_child();
         return;
       case persistence::entry_kind::event:
+      case persistence::entry_kind::send:
+      case persistence::entry_kind::resolve:
         dispatch();
         return;
       case persistence::entry_kind::sleep:
@@ -535,6 +537,10 @@ struct run_state : run_core {
       });
       return;
     }
+    if (op->delivery) {
+      deliver();
+      return;
+    }
     auto checkpoint = entry_for(seq);
     checkpoint.created_at_ms = now_ms();
     auto is_event = op->kind == persistence::entry_kind::event;
@@ -567,6 +573,35 @@ struct run_state : run_core {
         send_failure(persistence::outcome::failed, ex.what());
       } catch (...) {
         send_failure(persistence::outcome::failed, "unknown exception");
+      }
+    });
+  }
+
+  /// Stores the delivery in flight together with its checkpoint (off the
+  /// actor: exactly once), then wakes the run it went to.
+  void deliver() {
+    auto me = caf::actor_cast<caf::actor>(self);
+    auto seq = op->seq;
+    auto checkpoint = entry_for(seq);
+    checkpoint.created_at_ms = detail::now_ms();
+    rt->steps->post([me, seq, checkpoint = std::move(checkpoint),
+                     fence = owner(), d = op->delivery, rt = rt] {
+      try {
+        auto recorded = rt->tx_stores->with([&](persistence::store& db) {
+          return db.deliver(fence, checkpoint, *d);
+        });
+        if (!recorded) {
+          send_signal(me, run_signal::fenced, seq);
+          return;
+        }
+        if (recorded->outcome == persistence::outcome::value) {
+          rt->wake(d->run_id(), -1);
+          rt->announce('w', d->run_id());
+        }
+        send_outcome(me, seq, recorded->outcome, {}, recorded->error, true);
+      } catch (const std::exception& ex) {
+        send_outcome(me, seq, persistence::outcome::failed, {}, ex.what(),
+                     false);
       }
     });
   }

@@ -81,6 +81,8 @@ struct operation {
   /// An event's value; a child's workflow name and inputs.
   std::string payload;
   std::string child_workflow;
+  /// What a `send` or `resolve` delivers (shared: retries reuse it).
+  std::shared_ptr<const persistence::delivery> delivery;
 };
 
 /// The run as seen by workflow code. Implemented by the run actor's state;

@@ -333,6 +333,9 @@ void postgres_store::connect() {
                  "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
   c->prepare("entry_exists",
              "SELECT 1 FROM " + s + "journal WHERE run_id = $1 AND seq = $2");
+  c->prepare("entry_outcome",
+             "SELECT outcome, error FROM " + s
+               + "journal WHERE run_id = $1 AND seq = $2");
   conn_ = std::move(c);
 }
 
@@ -476,23 +479,84 @@ std::vector<std::string> postgres_store::cancel_run(std::string_view run_id,
   });
 }
 
+namespace {
+
+/// Stores `r` in transaction `w` (see `store::resolve`).
+resolve_result resolve_in(pqxx::transaction_base& w, const resolution& r) {
+  auto known = r.seq < 0
+                 ? w.exec_prepared("run_exists", r.run_id)
+                 : w.exec_prepared("awakeable_exists", r.run_id, r.seq, r.id);
+  if (known.empty())
+    return resolve_result::unknown_id;
+  auto ins = w.exec_prepared(
+    "insert_resolution", r.id, r.run_id, r.seq, static_cast<int>(r.result),
+    pqxx::binarystring{r.payload.data(), r.payload.size()}, r.error, r.at_ms);
+  if (ins.affected_rows() == 0)
+    return resolve_result::already_resolved;
+  w.exec_prepared("wake_run", r.run_id, r.at_ms);
+  return resolve_result::resolved;
+}
+
+/// Queues `m` in transaction `w`; false if there is no such run.
+bool send_in(pqxx::transaction_base& w, const outgoing_message& m) {
+  return w
+           .exec_prepared("send_message", m.run_id, m.topic,
+                          pqxx::binarystring{m.payload.data(), m.payload.size()},
+                          m.at_ms)
+           .affected_rows()
+         == 1;
+}
+
+} // namespace
+
 resolve_result postgres_store::resolve(const resolution& r) {
   return with_retry([&] {
     pqxx::work w{*conn_};
-    auto known = r.seq < 0
-                   ? w.exec_prepared("run_exists", r.run_id)
-                   : w.exec_prepared("awakeable_exists", r.run_id, r.seq, r.id);
-    if (known.empty())
-      return resolve_result::unknown_id;
-    auto ins = w.exec_prepared(
-      "insert_resolution", r.id, r.run_id, r.seq, static_cast<int>(r.result),
-      pqxx::binarystring{r.payload.data(), r.payload.size()}, r.error,
-      r.at_ms);
-    if (ins.affected_rows() == 0)
-      return resolve_result::already_resolved; // rolls back (nothing done)
-    w.exec_prepared("wake_run", r.run_id, r.at_ms);
+    auto result = resolve_in(w, r);
+    if (result == resolve_result::resolved)
+      w.commit(); // otherwise nothing was written: roll back
+    return result;
+  });
+}
+
+std::optional<journal_entry>
+postgres_store::deliver(const fence& owner, journal_entry checkpoint,
+                        const delivery& d) {
+  return with_retry([&]() -> std::optional<journal_entry> {
+    pqxx::work w{*conn_};
+    detail::pg_array ids, execs, epochs;
+    ids.add(checkpoint.run_id);
+    execs.add(owner.executor);
+    epochs.add(owner.epoch);
+    if (w.exec_prepared("fence_check", ids.str(), execs.str(), epochs.str())
+          .empty())
+      return std::nullopt; // rolls back
+    auto e = checkpoint;
+    // Delivered before (an attempt whose commit was in doubt, say): the
+    // recorded outcome, never a second delivery. (Two attempts at once
+    // cannot both commit: the journal's key rolls the second one back,
+    // its delivery with it.)
+    auto res = w.exec_prepared("entry_outcome", e.run_id, e.seq);
+    if (!res.empty()) {
+      e.outcome = static_cast<outcome>(res[0][0].as<int>());
+      e.error = res[0][1].is_null() ? std::string{}
+                                    : res[0][1].as<std::string>();
+      return e;
+    }
+    auto* m = std::get_if<outgoing_message>(&d.what);
+    auto stored = m ? (send_in(w, *m) ? resolve_result::resolved
+                                      : resolve_result::unknown_id)
+                    : resolve_in(w, std::get<resolution>(d.what));
+    e.error = d.error_for(stored);
+    if (!e.error.empty())
+      e.outcome = outcome::terminal;
+    w.exec_prepared("insert_entry", e.run_id, e.seq,
+                    std::string{to_string(e.kind)}, e.name,
+                    static_cast<int>(e.outcome),
+                    pqxx::binarystring{e.payload.data(), e.payload.size()},
+                    e.error, e.created_at_ms);
     w.commit();
-    return resolve_result::resolved;
+    return e;
   });
 }
 
@@ -541,13 +605,8 @@ bool postgres_store::send_message(std::string_view run_id,
                                   std::int64_t at_ms) {
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
-    return w
-             .exec_prepared("send_message", std::string{run_id},
-                            std::string{topic},
-                            pqxx::binarystring{payload.data(), payload.size()},
-                            at_ms)
-             .affected_rows()
-           == 1;
+    return send_in(w, {std::string{run_id}, std::string{topic},
+                       std::string{payload}, at_ms});
   });
 }
 

@@ -34,6 +34,9 @@ public:
   std::vector<std::string> cancel_run(std::string_view run_id,
                                       std::int64_t at_ms) override;
   resolve_result resolve(const resolution& r) override;
+  std::optional<journal_entry> deliver(const fence& owner,
+                                       journal_entry checkpoint,
+                                       const delivery& d) override;
   std::optional<resolution> get_resolution(std::string_view id) override;
   void notify(std::string_view payload) override;
   std::vector<std::string> awake_runs(std::string_view executor) override;

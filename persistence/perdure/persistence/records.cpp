@@ -12,6 +12,8 @@ const char* to_string(entry_kind x) noexcept {
     case entry_kind::event: return "event";
     case entry_kind::awakeable: return "awakeable";
     case entry_kind::await: return "await";
+    case entry_kind::send: return "send";
+    case entry_kind::resolve: return "resolve";
   }
   return "unknown";
 }
@@ -33,7 +35,23 @@ std::optional<entry_kind> parse_entry_kind(const std::string& str) noexcept {
     return entry_kind::awakeable;
   if (str == "await")
     return entry_kind::await;
+  if (str == "send")
+    return entry_kind::send;
+  if (str == "resolve")
+    return entry_kind::resolve;
   return std::nullopt;
+}
+
+std::string delivery::error_for(resolve_result stored) const {
+  switch (stored) {
+    case resolve_result::resolved:
+      return {};
+    case resolve_result::unknown_id:
+      return "no " + target;
+    case resolve_result::already_resolved:
+      return target + " was already resolved or rejected";
+  }
+  return "unknown delivery result";
 }
 
 } // namespace perdure::persistence

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "perdure/run_status.hpp"
@@ -70,6 +71,10 @@ enum class entry_kind : std::uint8_t {
   /// The outcome of a wait (awakeable, promise, message, child's end or
   /// timeout); the payload says which (see `workflow_context`).
   await,
+  /// A message this run sent (once); the name is its topic.
+  send,
+  /// An awakeable or promise this run completed (once).
+  resolve,
 };
 
 /// Returns the stored spelling of `x`.
@@ -159,6 +164,33 @@ enum class resolve_result : std::uint8_t {
   unknown_id,
   /// It was resolved or rejected before; the first outcome stays.
   already_resolved,
+};
+
+/// A message a run sends to run `run_id` on `topic`.
+struct outgoing_message {
+  std::string run_id;
+  std::string topic;
+  std::string payload;
+  std::int64_t at_ms = 0;
+};
+
+/// What a workflow delivers to another run, exactly once (see
+/// `store::deliver`).
+struct delivery {
+  std::variant<outgoing_message, resolution> what;
+  /// How errors name the receiver, e.g. "awakeable 'awk_1_x'".
+  std::string target;
+
+  /// Returns the run delivered to.
+  const std::string& run_id() const noexcept {
+    if (auto* m = std::get_if<outgoing_message>(&what))
+      return m->run_id;
+    return std::get<resolution>(what).run_id;
+  }
+
+  /// Returns the error to record when storing it gave `stored` (empty:
+  /// delivered; a message to no run is `unknown_id`).
+  std::string error_for(resolve_result stored) const;
 };
 
 /// What `store::create_run` found.

@@ -475,7 +475,11 @@ std::vector<std::string> sqlite_store::cancel_run(std::string_view run_id,
 }
 
 resolve_result sqlite_store::resolve(const resolution& r) {
-  return in_transaction([&] {
+  return in_transaction([&] { return resolve_in(r); });
+}
+
+resolve_result sqlite_store::resolve_in(const resolution& r) {
+  {
     auto& exists = r.seq < 0
                      ? prepare("SELECT 1 FROM runs WHERE id = ?1")
                      : prepare("SELECT 1 FROM journal WHERE run_id = ?1 AND "
@@ -487,21 +491,49 @@ resolve_result sqlite_store::resolve(const resolution& r) {
     exists.reset();
     if (!found)
       return resolve_result::unknown_id;
-    prepare("INSERT INTO resolutions (id, run_id, seq, outcome, payload, "
-            "error, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON "
-            "CONFLICT (id) DO NOTHING")
-      .bind(1, r.id)
-      .bind(2, r.run_id)
-      .bind(3, std::int64_t{r.seq})
-      .bind(4, static_cast<std::int64_t>(r.result))
-      .bind_blob(5, r.payload)
-      .bind(6, r.error)
-      .bind(7, r.at_ms)
-      .run();
-    if (sqlite3_changes(db_) == 0)
-      return resolve_result::already_resolved;
-    mark_delivered(r.run_id, r.at_ms);
-    return resolve_result::resolved;
+  }
+  prepare("INSERT INTO resolutions (id, run_id, seq, outcome, payload, "
+          "error, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON "
+          "CONFLICT (id) DO NOTHING")
+    .bind(1, r.id)
+    .bind(2, r.run_id)
+    .bind(3, std::int64_t{r.seq})
+    .bind(4, static_cast<std::int64_t>(r.result))
+    .bind_blob(5, r.payload)
+    .bind(6, r.error)
+    .bind(7, r.at_ms)
+    .run();
+  if (sqlite3_changes(db_) == 0)
+    return resolve_result::already_resolved;
+  mark_delivered(r.run_id, r.at_ms);
+  return resolve_result::resolved;
+}
+
+std::optional<journal_entry>
+sqlite_store::deliver(const fence& owner, journal_entry checkpoint,
+                      const delivery& d) {
+  return in_transaction([&]() -> std::optional<journal_entry> {
+    if (!fenced_ok(checkpoint.run_id, owner))
+      return std::nullopt; // nothing written: commit is moot
+    auto& recorded = prepare("SELECT outcome, error FROM journal WHERE "
+                             "run_id = ?1 AND seq = ?2");
+    recorded.bind(1, checkpoint.run_id).bind(2, std::int64_t{checkpoint.seq});
+    if (recorded.step()) { // delivered before: never twice
+      checkpoint.outcome = static_cast<outcome>(recorded.int64(0));
+      checkpoint.error = recorded.opt_text(1).value_or(std::string{});
+      recorded.reset();
+      return checkpoint;
+    }
+    recorded.reset();
+    auto* m = std::get_if<outgoing_message>(&d.what);
+    auto stored = m ? (send_in(*m) ? resolve_result::resolved
+                                   : resolve_result::unknown_id)
+                    : resolve_in(std::get<resolution>(d.what));
+    checkpoint.error = d.error_for(stored);
+    if (!checkpoint.error.empty())
+      checkpoint.outcome = outcome::terminal;
+    insert_entry(checkpoint);
+    return checkpoint;
   });
 }
 
@@ -546,17 +578,22 @@ bool sqlite_store::send_message(std::string_view run_id,
                                 std::string_view topic,
                                 std::string_view payload, std::int64_t at_ms) {
   return in_transaction([&] {
-    if (!mark_delivered(run_id, at_ms))
-      return false;
-    prepare("INSERT INTO messages (run_id, topic, payload, created_at) VALUES "
-            "(?1, ?2, ?3, ?4)")
-      .bind(1, run_id)
-      .bind(2, topic)
-      .bind_blob(3, payload)
-      .bind(4, at_ms)
-      .run();
-    return true;
+    return send_in({std::string{run_id}, std::string{topic},
+                    std::string{payload}, at_ms});
   });
+}
+
+bool sqlite_store::send_in(const outgoing_message& m) {
+  if (!mark_delivered(m.run_id, m.at_ms))
+    return false;
+  prepare("INSERT INTO messages (run_id, topic, payload, created_at) VALUES "
+          "(?1, ?2, ?3, ?4)")
+    .bind(1, m.run_id)
+    .bind(2, m.topic)
+    .bind_blob(3, m.payload)
+    .bind(4, m.at_ms)
+    .run();
+  return true;
 }
 
 std::optional<message> sqlite_store::next_message(std::string_view run_id,

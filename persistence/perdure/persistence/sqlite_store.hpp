@@ -35,6 +35,9 @@ public:
   std::vector<std::string> cancel_run(std::string_view run_id,
                                       std::int64_t at_ms) override;
   resolve_result resolve(const resolution& r) override;
+  std::optional<journal_entry> deliver(const fence& owner,
+                                       journal_entry checkpoint,
+                                       const delivery& d) override;
   std::optional<resolution> get_resolution(std::string_view id) override;
   void notify(std::string_view payload) override;
   std::vector<std::string> awake_runs(std::string_view executor) override;
@@ -70,6 +73,8 @@ private:
   bool fenced_ok(const std::string& run_id, const fence& owner);
   bool insert_entry(const journal_entry& entry);
   bool mark_delivered(std::string_view run_id, std::int64_t at_ms);
+  resolve_result resolve_in(const resolution& r);
+  bool send_in(const outgoing_message& m);
 
   std::string path_;
   std::chrono::milliseconds retry_budget_;

@@ -96,6 +96,16 @@ public:
   /// bring it back. The first outcome stays.
   virtual resolve_result resolve(const resolution& r) = 0;
 
+  /// Makes delivery `d` (a message, or a resolution as `resolve` stores
+  /// it) and `checkpoint` (of run `checkpoint.run_id`, fenced by `owner`)
+  /// durable in one transaction: a workflow's delivery happens once. One
+  /// that cannot happen (no such run, an unknown or already completed id)
+  /// is recorded as the checkpoint's terminal error. Returns the
+  /// checkpoint as recorded (also when it was recorded before: an in-doubt
+  /// commit retried), or nothing if the fence rejected it.
+  virtual std::optional<journal_entry>
+  deliver(const fence& owner, journal_entry checkpoint, const delivery& d) = 0;
+
   /// Returns the stored outcome of awakeable `id`, if any.
   virtual std::optional<resolution> get_resolution(std::string_view id) = 0;
 
