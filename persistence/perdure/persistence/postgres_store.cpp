@@ -333,6 +333,12 @@ void postgres_store::connect() {
                  "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
   c->prepare("entry_exists",
              "SELECT 1 FROM " + s + "journal WHERE run_id = $1 AND seq = $2");
+  // Both runs a delivery touches, locked in one order: two runs delivering
+  // to each other at once would otherwise deadlock (fence FOR SHARE on its
+  // own row, then UPDATE of the other's).
+  c->prepare("lock_runs", "SELECT id FROM " + s
+                            + "runs WHERE id = ANY($1::text[]) ORDER BY id "
+                              "FOR UPDATE");
   c->prepare("entry_outcome",
              "SELECT outcome, error FROM " + s
                + "journal WHERE run_id = $1 AND seq = $2");
@@ -522,8 +528,12 @@ resolve_result postgres_store::resolve(const resolution& r) {
 std::optional<journal_entry>
 postgres_store::deliver(const fence& owner, journal_entry checkpoint,
                         const delivery& d) {
+  detail::pg_array both;
+  both.add(checkpoint.run_id);
+  both.add(d.run_id());
   return with_retry([&]() -> std::optional<journal_entry> {
     pqxx::work w{*conn_};
+    w.exec_prepared("lock_runs", both.str());
     detail::pg_array ids, execs, epochs;
     ids.add(checkpoint.run_id);
     execs.add(owner.executor);
