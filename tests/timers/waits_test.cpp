@@ -714,6 +714,7 @@ TEST_F(waits_test, two_runs_sending_to_each_other_at_once_do_not_deadlock) {
   constexpr int n = 40;
   rt.register_workflow("talker", [](workflow_context& ctx,
                                      std::string peer) -> task<int> {
+    co_await ctx.promise<int>("go"); // both exist before either sends
     for (int i = 0; i < n; ++i)
       co_await ctx.send(peer, "m", i);
     int sum = 0;
@@ -732,6 +733,8 @@ TEST_F(waits_test, two_runs_sending_to_each_other_at_once_do_not_deadlock) {
   auto before = deadlocks();
   auto a = rt.start_workflow<int>("talker", std::string{"b"}, {.id = "a"});
   auto b = rt.start_workflow<int>("talker", std::string{"a"}, {.id = "b"});
+  rt.resolve_promise("a", "go", 1);
+  rt.resolve_promise("b", "go", 1);
   EXPECT_EQ(a.get(30s), n * (n - 1) / 2);
   EXPECT_EQ(b.get(30s), n * (n - 1) / 2);
   if (test::store_under_test() == "postgres")
