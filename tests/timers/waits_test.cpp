@@ -20,6 +20,23 @@ namespace {
 
 class waits_test : public test::timer_fixture {};
 
+/// Defines "child" (waits for its promise "go", then returns 5) and
+/// "parent" (starts a child and returns its output, or how it failed).
+void define_parent_of_a_waiting_child(runtime& rt) {
+  rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
+    co_await ctx.promise<int>("go");
+    co_return 5;
+  });
+  rt.register_workflow("parent", [](workflow_context& ctx) -> task<std::string> {
+    auto child = co_await ctx.start_child<int>("child", 0);
+    try {
+      co_return std::to_string(co_await child);
+    } catch (const terminal_error& ex) {
+      co_return std::string{"child failed: "} + ex.what();
+    }
+  });
+}
+
 /// Defines "wait": the next message on topic "t" within 10 minutes, or
 /// "timeout".
 void define_recv_within_10min(runtime& rt) {
@@ -371,18 +388,7 @@ TEST_F(waits_test, cancelling_a_passivated_child_wakes_its_passivated_parent) {
   auto c = cfg();
   c.passivate_after = 50ms;
   runtime rt{c};
-  rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
-    co_await ctx.promise<int>("go");
-    co_return 5;
-  });
-  rt.register_workflow("parent", [](workflow_context& ctx) -> task<std::string> {
-    auto child = co_await ctx.start_child<int>("child", 0);
-    try {
-      co_return std::to_string(co_await child);
-    } catch (const terminal_error& ex) {
-      co_return std::string{"child failed: "} + ex.what();
-    }
-  });
+  define_parent_of_a_waiting_child(rt);
   rt.start();
   auto h = rt.start_workflow<std::string>("parent", {.id = "p"});
   ASSERT_TRUE(eventually([&] {
@@ -399,20 +405,7 @@ TEST_F(waits_test, cancelling_a_passivated_child_wakes_its_passivated_parent) {
 TEST_F(waits_test, a_child_ended_by_recovery_wakes_its_passivated_parent) {
   auto c = cfg();
   c.passivate_after = 50ms;
-  auto define = [](runtime& rt) {
-    rt.register_workflow("child", [](workflow_context& ctx) -> task<int> {
-      co_await ctx.promise<int>("go");
-      co_return 5;
-    });
-    rt.register_workflow("parent", [](workflow_context& ctx) -> task<std::string> {
-      auto child = co_await ctx.start_child<int>("child", 0);
-      try {
-        co_return std::to_string(co_await child);
-      } catch (const terminal_error& ex) {
-        co_return std::string{"child failed: "} + ex.what();
-      }
-    });
-  };
+  auto& define = define_parent_of_a_waiting_child;
   {
     runtime rt{c};
     define(rt);

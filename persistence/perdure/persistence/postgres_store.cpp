@@ -503,6 +503,18 @@ resolve_result resolve_in(pqxx::transaction_base& w, const resolution& r) {
   return resolve_result::resolved;
 }
 
+/// Returns whether `owner` holds run `run_id` (and locks its row FOR SHARE
+/// until `w` ends, so no takeover commits in between).
+bool owns(pqxx::transaction_base& w, const fence& owner,
+          const std::string& run_id) {
+  detail::pg_array ids, execs, epochs;
+  ids.add(run_id);
+  execs.add(owner.executor);
+  epochs.add(owner.epoch);
+  return !w.exec_prepared("fence_check", ids.str(), execs.str(), epochs.str())
+            .empty();
+}
+
 /// Queues `m` in transaction `w`; false if there is no such run.
 bool send_in(pqxx::transaction_base& w, const outgoing_message& m) {
   return w
@@ -534,12 +546,7 @@ postgres_store::deliver(const fence& owner, journal_entry checkpoint,
   return with_retry([&]() -> std::optional<journal_entry> {
     pqxx::work w{*conn_};
     w.exec_prepared("lock_runs", both.str());
-    detail::pg_array ids, execs, epochs;
-    ids.add(checkpoint.run_id);
-    execs.add(owner.executor);
-    epochs.add(owner.epoch);
-    if (w.exec_prepared("fence_check", ids.str(), execs.str(), epochs.str())
-          .empty())
+    if (!owns(w, owner, checkpoint.run_id))
       return std::nullopt; // rolls back
     auto e = checkpoint;
     // Delivered before (an attempt whose commit was in doubt, say): the
@@ -844,12 +851,7 @@ transaction_outcome postgres_store::transact(
     }
     retrying = true;
     pqxx::work w{*conn_};
-    detail::pg_array ids, execs, epochs;
-    ids.add(checkpoint.run_id);
-    execs.add(owner.executor);
-    epochs.add(owner.epoch);
-    if (w.exec_prepared("fence_check", ids.str(), execs.str(), epochs.str())
-          .empty())
+    if (!owns(w, owner, checkpoint.run_id))
       return transaction_outcome::fenced; // rolls back
     postgres_session session{w};
     checkpoint.payload = body(session);
