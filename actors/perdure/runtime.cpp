@@ -272,9 +272,20 @@ void runtime_impl::deadline_passed(const std::string& id) {
       spdlog::info("perdure: run {} passed its deadline: cancelled", id);
     for (auto& c : ids)
       cancelled(c);
+    if (!ids.empty())
+      tell_parent(id);
   } catch (const std::exception& ex) {
     spdlog::error("perdure: could not cancel run {} at its deadline: {}", id,
                   ex.what());
+  }
+}
+
+void runtime_impl::tell_parent(const std::string& id) {
+  auto run = tx_stores->with(
+    [&](persistence::store& db) { return db.get_run(id); });
+  if (run && run->parent_id) {
+    wake(*run->parent_id, -1);
+    announce('w', *run->parent_id);
   }
 }
 
@@ -288,30 +299,9 @@ void runtime_impl::cancelled(const std::string& id) {
       return;
     }
   }
-  // Passivated (or owned elsewhere): nothing to stop; tell the waiters, and
-  // the parent, which may be waiting for this end (out of memory, too).
+  // Passivated (or owned elsewhere): nothing to stop; tell the waiters.
   run_stopped(id, run_outcome{run_status::cancelled, std::nullopt,
                               std::string{"cancelled"}});
-  post_while_running([this, id] {
-    try {
-      auto run = tx_stores->with(
-        [&](persistence::store& db) { return db.get_run(id); });
-      if (run && run->parent_id)
-        wake(*run->parent_id, -1);
-    } catch (const std::exception& ex) {
-      // The store marked the parent: the sweep or the next start finds it.
-      spdlog::warn("perdure: could not wake the parent of cancelled run {}: {}",
-                   id, ex.what());
-    }
-  });
-}
-
-void runtime_impl::post_while_running(std::function<void()> job) {
-  // Under the lock: stop() clears running_ under it before it lets the
-  // executor go, so the executor outlives this post.
-  std::lock_guard guard{active_mtx_};
-  if (running_)
-    steps->post(std::move(job));
 }
 
 bool runtime_impl::is_active(const std::string& id) const {
@@ -329,7 +319,8 @@ void runtime_impl::wake(const std::string& id, std::int32_t seq) {
     signal_run(i->second.actor, run_signal::wake, seq);
     return;
   }
-  // Under the lock, as in post_while_running.
+  // Under the lock: stop() clears running_ under it before it lets the
+  // executor go, so the executor outlives this post.
   steps->post([this, id] { revive(id); });
 }
 
@@ -493,6 +484,7 @@ void cancel_run(runtime_impl& rt, const std::string& id) {
     rt.announce('c', c);
     rt.cancelled(c);
   }
+  rt.tell_parent(id);
 }
 
 void throw_run_failure(const std::string& id, const run_outcome& outcome) {

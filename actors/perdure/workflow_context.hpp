@@ -233,14 +233,14 @@ public:
   template <class T>
   detail::operation_awaiter<void>
   send(const std::string& workflow_id, std::string topic, const T& value) {
-    check_target(workflow_id, "workflow run '" + workflow_id + "'");
+    auto what = "workflow run '" + workflow_id + "'";
+    check_target(workflow_id, what);
     auto op = next_operation(persistence::entry_kind::send, std::move(topic),
                              {});
     persistence::outgoing_message m{workflow_id, op.name,
                                     detail::encode_result(value, *core_),
                                     core_->now_ms()};
-    return deliver(std::move(op), {std::move(m),
-                                   "workflow run '" + workflow_id + "'"});
+    return deliver(std::move(op), {std::move(m), std::move(what)});
   }
 
   /// Completes awakeable `id` (of any run) with `value`, exactly once, as

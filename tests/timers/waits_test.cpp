@@ -502,7 +502,8 @@ TEST_F(waits_test, a_child_is_started_exactly_once_under_crashes) {
 
 TEST_F(waits_test, deliveries_from_another_process_reach_a_waiting_run_promptly) {
   if (test::store_under_test() != "postgres")
-    GTEST_SKIP() << "SQLite serves one process";
+    GTEST_SKIP() << "LISTEN/NOTIFY is PostgreSQL's: SQLite serves one process, "
+                    "whose deliveries are in-process calls";
   runtime owner{cfg("owner")};
   std::atomic<bool> published{false};
   std::string id;
@@ -543,7 +544,9 @@ TEST_F(waits_test, deliveries_from_another_process_reach_a_waiting_run_promptly)
 // store every few seconds, however many other notices keep arriving.
 TEST_F(waits_test, a_delivery_whose_notice_was_lost_is_found_by_polling) {
   if (test::store_under_test() != "postgres")
-    GTEST_SKIP() << "SQLite serves one process";
+    GTEST_SKIP() << "no notices on SQLite (one process, in-process wake-ups); "
+                    "a delivery whose wake-up a crash lost is recovered at "
+                    "start, as a_process_killed_while_awaiting_... tests";
   auto c = cfg("owner");
   c.passivate_after = 50ms;
   runtime owner{c};

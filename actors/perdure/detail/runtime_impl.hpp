@@ -7,7 +7,6 @@
 #include <caf/actor_system_config.hpp>
 
 #include <condition_variable>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -100,13 +99,13 @@ public:
   /// Run `id`'s deadline came: cancels it (on the step executor).
   void deadline_passed(const std::string& id);
 
-  /// Run `id` was cancelled in the store: stops its actor, if any, or
-  /// wakes the parent waiting for it.
+  /// Run `id` was cancelled in the store: stops its actor, if any.
   void cancelled(const std::string& id);
 
-  /// Posts `job` to the step executor unless the runtime is stopping (then
-  /// the executor may be going away; the store keeps what the job was for).
-  void post_while_running(std::function<void()> job);
+  /// Run `id` (the root of a cancelled tree) ended: that is a delivery to
+  /// its parent, which the store marked if passivated; wakes it here or,
+  /// announced, in its own process.
+  void tell_parent(const std::string& id);
 
   /// Returns how often run `id` was woken (see `finish_passivation`).
   std::uint64_t wake_count(const std::string& id) const;

@@ -564,9 +564,7 @@ postgres_store::deliver(const fence& owner, journal_entry checkpoint,
     auto stored = m ? (send_in(w, *m) ? resolve_result::resolved
                                       : resolve_result::unknown_id)
                     : resolve_in(w, std::get<resolution>(d.what));
-    e.error = d.error_for(stored);
-    if (!e.error.empty())
-      e.outcome = outcome::terminal;
+    d.settle(e, stored);
     w.exec_prepared("insert_entry", e.run_id, e.seq,
                     std::string{to_string(e.kind)}, e.name,
                     static_cast<int>(e.outcome),

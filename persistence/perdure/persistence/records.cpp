@@ -42,16 +42,20 @@ std::optional<entry_kind> parse_entry_kind(const std::string& str) noexcept {
   return std::nullopt;
 }
 
-std::string delivery::error_for(resolve_result stored) const {
+void delivery::settle(journal_entry& checkpoint,
+                      resolve_result stored) const {
   switch (stored) {
     case resolve_result::resolved:
-      return {};
+      checkpoint.outcome = outcome::value;
+      return;
     case resolve_result::unknown_id:
-      return "no " + target;
+      checkpoint.error = "no " + target;
+      break;
     case resolve_result::already_resolved:
-      return target + " was already resolved or rejected";
+      checkpoint.error = target + " was already resolved or rejected";
+      break;
   }
-  return "unknown delivery result";
+  checkpoint.outcome = outcome::terminal;
 }
 
 } // namespace perdure::persistence

@@ -25,7 +25,8 @@ struct fence {
 
 /// The wake-up time a delivery (a resolution, a message, a child's end)
 /// gives a passivated run: due at once. Only deliveries write it, so the
-/// runs to bring back are found by it alone (an index of their own).
+/// runs to bring back are found by it alone (an index of their own). The
+/// stores' SQL spells it 0.
 constexpr std::int64_t delivered_while_passivated = 0;
 
 /// One workflow run.
@@ -188,9 +189,10 @@ struct delivery {
     return std::get<resolution>(what).run_id;
   }
 
-  /// Returns the error to record when storing it gave `stored` (empty:
-  /// delivered; a message to no run is `unknown_id`).
-  std::string error_for(resolve_result stored) const;
+  /// Sets `checkpoint`'s outcome to what storing the delivery gave
+  /// (`stored`; a message to no run is `unknown_id`): a value, or a
+  /// terminal error naming `target`.
+  void settle(journal_entry& checkpoint, resolve_result stored) const;
 };
 
 /// What `store::create_run` found.

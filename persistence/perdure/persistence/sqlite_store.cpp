@@ -464,12 +464,8 @@ std::vector<std::string> sqlite_store::cancel_run(std::string_view run_id,
     while (st.step())
       ids.push_back(st.text(0));
     st.reset();
-    if (!ids.empty()) // its parent, if passivated, may be waiting for it
-      prepare("UPDATE runs SET wake_at = 0 WHERE id = (SELECT parent_id FROM "
-              "runs WHERE id = ?1) AND wake_at > ?2")
-        .bind(1, run_id)
-        .bind(2, at_ms)
-        .run();
+    if (!ids.empty())
+      mark_parent_delivered(run_id, at_ms);
     return ids;
   });
 }
@@ -529,9 +525,7 @@ sqlite_store::deliver(const fence& owner, journal_entry checkpoint,
     auto stored = m ? (send_in(*m) ? resolve_result::resolved
                                    : resolve_result::unknown_id)
                     : resolve_in(std::get<resolution>(d.what));
-    checkpoint.error = d.error_for(stored);
-    if (!checkpoint.error.empty())
-      checkpoint.outcome = outcome::terminal;
+    d.settle(checkpoint, stored);
     insert_entry(checkpoint);
     return checkpoint;
   });
@@ -731,6 +725,17 @@ bool sqlite_store::mark_delivered(std::string_view run_id, std::int64_t at_ms) {
   return sqlite3_changes(db_) == 1;
 }
 
+/// Run `run_id` ended at `at_ms`: its parent, if passivated then, may be
+/// waiting for that end.
+void sqlite_store::mark_parent_delivered(std::string_view run_id,
+                                         std::int64_t at_ms) {
+  prepare("UPDATE runs SET wake_at = 0 WHERE id = (SELECT parent_id FROM runs "
+          "WHERE id = ?1) AND wake_at > ?2")
+    .bind(1, run_id)
+    .bind(2, at_ms)
+    .run();
+}
+
 bool sqlite_store::insert_entry(const journal_entry& e) {
   prepare("INSERT INTO journal (run_id, seq, kind, name, outcome, payload, "
           "error, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
@@ -772,12 +777,8 @@ batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
         .bind(7, c.owner.epoch)
         .run();
       auto completed = sqlite3_changes(db_) == 1;
-      if (completed) // a passivated parent may be waiting for this end
-        prepare("UPDATE runs SET wake_at = 0 WHERE id = (SELECT parent_id FROM "
-                "runs WHERE id = ?1) AND wake_at > ?2")
-          .bind(1, c.run_id)
-          .bind(2, c.at_ms)
-          .run();
+      if (completed)
+        mark_parent_delivered(c.run_id, c.at_ms);
       result.completions.push_back(completed);
     }
     return result;

@@ -73,6 +73,7 @@ private:
   bool fenced_ok(const std::string& run_id, const fence& owner);
   bool insert_entry(const journal_entry& entry);
   bool mark_delivered(std::string_view run_id, std::int64_t at_ms);
+  void mark_parent_delivered(std::string_view run_id, std::int64_t at_ms);
   resolve_result resolve_in(const resolution& r);
   bool send_in(const outgoing_message& m);
 
