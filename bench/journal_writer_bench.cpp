@@ -61,7 +61,8 @@ void group_commit_appends(benchmark::State& state) {
     std::mutex m;
     std::condition_variable cv;
     std::optional<write_ack> ack;
-    f.writer->append(std::move(w), [&](write_ack a) {
+    f.writer->append(std::move(w), [&](write_result r) {
+      auto a = r.ack;
       std::lock_guard g{m};
       ack = a;
       cv.notify_one();

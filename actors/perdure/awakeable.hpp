@@ -43,7 +43,7 @@ namespace perdure::detail {
 /// `co_await`ing the creation of an awakeable: its id is durable before the
 /// code can hand it out, so no resolution ever finds it unknown.
 template <class T>
-class awakeable_creation {
+class [[nodiscard]] awakeable_creation {
 public:
   awakeable_creation(run_core& core, operation op)
     : core_(&core), inner_(core, std::move(op)) {

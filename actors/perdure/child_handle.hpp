@@ -41,7 +41,7 @@ namespace perdure::detail {
 /// `co_await`ing a child's start: the child exists and its start is
 /// checkpointed before the parent goes on.
 template <class R>
-class child_start {
+class [[nodiscard]] child_start {
 public:
   child_start(run_core& core, operation op)
     : core_(&core), id_(op.name), inner_(core, std::move(op)) {

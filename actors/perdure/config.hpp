@@ -33,6 +33,8 @@ struct config {
   std::size_t scheduler_threads = 2;
   /// Threads running user step code, which may block.
   std::size_t step_threads = 8;
+  /// Threads running the runtime's own store I/O (never user code).
+  std::size_t control_threads = 4;
   /// Connections of the group-commit journal writer: while one commits a
   /// batch, the next one is written. SQLite has one writer at a time, so
   /// it always uses one.
@@ -51,6 +53,10 @@ struct config {
   std::chrono::milliseconds passivate_after{10'000};
   /// How often a handle waiting on a run owned by another process polls.
   std::chrono::milliseconds poll_interval{100};
+  /// How soon a run left without an actor while the process lives (its
+  /// checkpoint failed past `db_retry_budget`, its actor threw) is revived;
+  /// while the store keeps failing, tries back off up to 8 times this.
+  std::chrono::milliseconds orphan_retry{500};
 
   /// Returns the defaults overridden by the environment:
   /// `PERDURE_DATABASE_URL`, `PERDURE_SCHEMA`, `PERDURE_EXECUTOR_ID`,

@@ -14,6 +14,7 @@
 #include "perdure/detail/clock.hpp"
 #include "perdure/detail/run_actor.hpp"
 #include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/time_math.hpp"
 #include "perdure/persistence/text.hpp"
 
 namespace perdure {
@@ -50,6 +51,17 @@ std::string random_id() {
   return id;
 }
 
+/// Returns now + `timeout` on the steady clock, saturated (a timeout of
+/// `milliseconds::max()` means never).
+std::chrono::steady_clock::time_point
+saturating_deadline(std::chrono::milliseconds timeout) {
+  using clock = std::chrono::steady_clock;
+  auto now = clock::now();
+  auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+    clock::time_point::max() - now);
+  return timeout >= room ? clock::time_point::max() : now + timeout;
+}
+
 } // namespace
 
 // -- runtime_impl ---------------------------------------------------------------
@@ -69,7 +81,8 @@ void forget_caf_logger() {
 namespace detail {
 
 runtime_impl::runtime_impl(config c)
-  : cfg(std::move(c)), clock(cfg.clock ? cfg.clock : perdure::system_clock()) {
+  : cfg(std::move(c)), clock(cfg.clock ? cfg.clock : perdure::system_clock()),
+    instance_(random_id()) {
 }
 
 runtime_impl::~runtime_impl() {
@@ -116,6 +129,8 @@ void runtime_impl::start() {
   writer = std::make_unique<persistence::journal_writer>(
     std::move(journal), persistence::journal_writer::options{});
   steps = std::make_unique<step_executor>(cfg.step_threads);
+  control = std::make_unique<step_executor>(
+    std::max<std::size_t>(1, cfg.control_threads));
   tx_stores = std::make_unique<store_pool>(opts, cfg.pooled_connections);
   system_cfg = std::make_unique<caf::actor_system_config>();
   system_cfg->set("scheduler.max-threads", cfg.scheduler_threads);
@@ -125,7 +140,7 @@ void runtime_impl::start() {
   forget_caf_logger();
   timers = std::make_unique<timer_service>(clock, [this](const timer& t) {
     if (t.seq == deadline_seq)
-      steps->post([this, id = t.run_id] { deadline_passed(id); });
+      control->post([this, id = t.run_id] { deadline_passed(id); });
     else
       wake(t.run_id, t.seq);
   });
@@ -135,20 +150,46 @@ void runtime_impl::start() {
   }
   recover();
   listener = persistence::listen_for_deliveries(
-    opts, [this](const std::string& notice) {
-      if (notice == "*")
-        steps->post([this] { sweep(); });
-      else if (notice.size() > 2 && notice[0] == 'w')
-        wake(notice.substr(2), -1);
-      else if (notice.size() > 2 && notice[0] == 'c')
-        cancelled(notice.substr(2));
-    });
+    opts, [this](const std::string& notice) { on_notice(notice); });
+  housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},
+                                          [this] { housekeeping(); });
+}
+
+void runtime_impl::on_notice(const std::string& notice) {
+  std::lock_guard guard{active_mtx_};
+  if (!running_)
+    return; // stop() lets the executors go only after clearing running_
+  if (notice == "*") {
+    control->post([this] { sweep(); });
+  } else if (notice.size() > 2 && notice[0] == 'w') {
+    auto id = notice.substr(2);
+    auto i = active_.find(id);
+    if (i != active_.end()) {
+      ++i->second.wakes;
+      signal_run(i->second.actor, run_signal::wake, -1);
+    } else {
+      control->post([this, id = std::move(id)] { revive(id); });
+    }
+  } else if (notice.size() > 2 && notice[0] == 'c') {
+    control->post([this, id = notice.substr(2)] { cancelled(id); });
+  } else if (notice.size() > 2 && notice[0] == 'k') {
+    // k:<instance>:<executor>: a start claimed that executor's runs. If it
+    // is ours and the start was not, another process took our runs.
+    auto sep = notice.find(':', 2);
+    if (sep != std::string::npos
+        && notice.compare(2, sep - 2, instance_) != 0
+        && notice.compare(sep + 1, std::string::npos, cfg.executor_id) == 0)
+      control->post([this] { check_ownership(); });
+  }
 }
 
 void runtime_impl::recover() {
   auto now = clock->now_ms();
   auto runs = with_control([&](persistence::store& db) {
-    return db.claim_pending_runs(cfg.executor_id, now);
+    auto claimed = db.claim_pending_runs(cfg.executor_id, now);
+    if (!claimed.empty()) // a live process with our id must stop them now
+      db.notify("k:" + instance_ + ":" + cfg.executor_id);
+    return claimed;
   });
   // Passivated runs stay out of memory: their timer brings them back (a
   // delivery marks the wake-up time 0, so those are loaded now).
@@ -179,35 +220,19 @@ void runtime_impl::recover() {
     for (auto& e : entries)
       journals[e.run_id].push_back(std::move(e));
     for (auto i = first; i < last; ++i) {
-      auto& run = runs[i];
-      if (run.recovery_attempts > cfg.max_recovery_attempts) {
-        persistence::completion_write c;
-        c.run_id = run.id;
-        c.owner = run.owner;
-        c.status = run_status::retries_exceeded;
-        c.error = "recovered " + std::to_string(run.recovery_attempts)
-                  + " times, more than the limit of "
-                  + std::to_string(cfg.max_recovery_attempts);
-        c.at_ms = now_ms();
-        run_outcome outcome{c.status, std::nullopt, c.error};
-        writer->complete(std::move(c), [this, id = run.id, outcome,
-                                        parent = run.parent_id](
-                                         persistence::write_ack ack) {
-          if (ack != persistence::write_ack::committed)
-            return;
-          run_stopped(id, outcome);
-          if (parent) // it may be waiting for this end
-            wake(*parent, -1);
-        });
-        continue;
-      }
-      auto journal = std::move(journals[run.id]);
-      spawn_run(std::move(run), std::move(journal));
+      auto journal = std::move(journals[runs[i].id]);
+      spawn_run(std::move(runs[i]), std::move(journal));
     }
   }
 }
 
 void runtime_impl::stop() {
+  if (step_executor::on_executor_thread())
+    throw perdure::error(errc::invalid_argument,
+                         "runtime::stop() was called from step code (or "
+                         "another thread of the runtime), which stop() must "
+                         "wait for: stop the runtime from an application "
+                         "thread, e.g. one the step signals");
   std::vector<caf::actor> actors;
   {
     std::unique_lock guard{active_mtx_};
@@ -226,9 +251,11 @@ void runtime_impl::stop() {
   // executor or the writer afterwards (timers firing meanwhile find the
   // runtime stopped and do nothing).
   listener.reset();
+  housekeeper_.reset();
   system->await_all_actors_done();
   timers.reset();
   steps.reset();
+  control.reset();
   writer.reset();
   system.reset();
   system_cfg.reset();
@@ -275,8 +302,12 @@ void runtime_impl::deadline_passed(const std::string& id) {
     if (!ids.empty())
       tell_parent(id);
   } catch (const std::exception& ex) {
-    spdlog::error("perdure: could not cancel run {} at its deadline: {}", id,
-                  ex.what());
+    spdlog::warn("perdure: could not cancel run {} at its deadline ({}); "
+                 "trying again",
+                 id, ex.what());
+    std::lock_guard guard{active_mtx_};
+    if (running_)
+      timers->schedule({clock->now_ms() + 1000, id, deadline_seq});
   }
 }
 
@@ -321,7 +352,7 @@ void runtime_impl::wake(const std::string& id, std::int32_t seq) {
   }
   // Under the lock: stop() clears running_ under it before it lets the
   // executor go, so the executor outlives this post.
-  steps->post([this, id] { revive(id); });
+  control->post([this, id] { revive(id); });
 }
 
 std::uint64_t runtime_impl::wake_count(const std::string& id) const {
@@ -340,34 +371,162 @@ bool runtime_impl::finish_passivation(const std::string& id,
   return true;
 }
 
-void runtime_impl::revive(const std::string& id) {
+void runtime_impl::revive(const std::string& id, bool count_attempt) {
+  {
+    std::lock_guard guard{active_mtx_};
+    if (!running_ || active_.count(id) > 0 || fenced_.count(id) > 0
+        || !reviving_.insert(id).second)
+      return;
+  }
+  struct done_reviving {
+    runtime_impl& rt;
+    const std::string& id;
+    ~done_reviving() {
+      std::lock_guard guard{rt.active_mtx_};
+      rt.reviving_.erase(id);
+    }
+  } guard{*this, id};
   try {
-    if (is_active(id))
-      return;
-    auto run = tx_stores->with(
-      [&](persistence::store& db) { return db.get_run(id); });
-    if (!run || run->status != run_status::pending
-        || run->owner.executor != cfg.executor_id)
-      return;
+    auto run = tx_stores->with([&](persistence::store& db) {
+      return db.claim_run(id, cfg.executor_id, count_attempt);
+    });
+    if (!run)
+      return; // ended, or not ours
     auto journal = tx_stores->with(
       [&](persistence::store& db) { return db.load_journals({id}); });
     spawn_run(std::move(*run), std::move(journal));
   } catch (const std::exception& ex) {
-    // Still PENDING in the store: the next start recovers it.
-    spdlog::error("perdure: could not bring run {} back: {}", id, ex.what());
+    spdlog::warn("perdure: could not bring run {} back ({}); trying again "
+                 "soon",
+                 id, ex.what());
+    orphaned(id);
   }
 }
 
 void runtime_impl::spawn_run(persistence::run_record run,
                              std::vector<persistence::journal_entry> journal) {
+  if (run.recovery_attempts > cfg.max_recovery_attempts) {
+    // A run that takes its process (or its actor) down at every start.
+    persistence::completion_write c;
+    c.run_id = run.id;
+    c.owner = run.owner;
+    c.status = run_status::retries_exceeded;
+    c.error = "recovered " + std::to_string(run.recovery_attempts)
+              + " times, more than the limit of "
+              + std::to_string(cfg.max_recovery_attempts);
+    c.at_ms = now_ms();
+    run_outcome outcome{c.status, std::nullopt, c.error};
+    writer->complete(std::move(c), [this, id = run.id, outcome,
+                                    parent = run.parent_id](
+                                     persistence::write_result r) {
+      if (r.ack != persistence::write_ack::committed)
+        return;
+      run_stopped(id, outcome);
+      if (parent) // it may be waiting for this end
+        wake(*parent, -1);
+    });
+    return;
+  }
   std::lock_guard guard{active_mtx_};
-  if (!running_ || active_.count(run.id) > 0)
+  if (!running_ || active_.count(run.id) > 0 || fenced_.count(run.id) > 0)
     return;
   auto id = run.id;
+  auto epoch = run.owner.epoch;
   active_.emplace(std::move(id),
                   active_run{spawn_run_actor(*system, *this, std::move(run),
-                                             std::move(journal))});
+                                             std::move(journal)),
+                             0, epoch});
   forget_caf_logger();
+}
+
+void runtime_impl::orphaned(const std::string& id) {
+  std::lock_guard guard{active_mtx_};
+  if (!running_ || fenced_.count(id) > 0)
+    return;
+  if (orphans_.empty() && !orphans_busy_)
+    orphans_due_ = std::chrono::steady_clock::now()
+                   + std::max(orphan_backoff_, cfg.orphan_retry);
+  orphans_.insert(id);
+}
+
+void runtime_impl::housekeeping() {
+  std::lock_guard guard{active_mtx_};
+  if (!running_ || orphans_.empty() || orphans_busy_
+      || std::chrono::steady_clock::now() < orphans_due_)
+    return;
+  orphans_busy_ = true;
+  control->post([this] { revive_orphans(); });
+}
+
+void runtime_impl::revive_orphans() {
+  std::unordered_set<std::string> ids;
+  {
+    std::lock_guard guard{active_mtx_};
+    ids.swap(orphans_);
+  }
+  spdlog::info("perdure: reviving {} runs left without an actor", ids.size());
+  for (auto& id : ids)
+    revive(id, true); // a failure makes it an orphan again
+  std::lock_guard guard{active_mtx_};
+  orphans_busy_ = false;
+  // The store still failing: try less often, up to 8 x orphan_retry.
+  orphan_backoff_ = orphans_.empty()
+                      ? std::chrono::milliseconds{0}
+                      : std::min(std::max(orphan_backoff_ * 2, cfg.orphan_retry),
+                                 cfg.orphan_retry * 8);
+  orphans_due_ = std::chrono::steady_clock::now()
+                 + std::max(orphan_backoff_, cfg.orphan_retry);
+}
+
+void runtime_impl::fenced_from(const std::string& id) {
+  std::lock_guard guard{active_mtx_};
+  fenced_.insert(id);
+  orphans_.erase(id);
+}
+
+bool runtime_impl::owns(const std::string& id) const {
+  std::lock_guard guard{active_mtx_};
+  return fenced_.count(id) == 0;
+}
+
+void runtime_impl::check_ownership() {
+  std::vector<std::string> ids;
+  std::vector<std::int64_t> epochs;
+  {
+    std::lock_guard guard{active_mtx_};
+    for (auto& [id, a] : active_) {
+      ids.push_back(id);
+      epochs.push_back(a.epoch);
+    }
+  }
+  try {
+    std::vector<std::string> lost;
+    constexpr std::size_t chunk = 1000;
+    for (std::size_t first = 0; first < ids.size(); first += chunk) {
+      auto last = std::min(ids.size(), first + chunk);
+      std::vector<std::string> some(ids.begin() + first, ids.begin() + last);
+      std::vector<std::int64_t> at(epochs.begin() + first,
+                                   epochs.begin() + last);
+      auto more = tx_stores->with([&](persistence::store& db) {
+        return db.lost_runs(cfg.executor_id, some, at);
+      });
+      lost.insert(lost.end(), more.begin(), more.end());
+    }
+    if (!lost.empty())
+      spdlog::warn("perdure: another process with executor id '{}' took {} "
+                   "runs of this one; they stop here",
+                   cfg.executor_id, lost.size());
+    for (auto& id : lost) {
+      std::lock_guard guard{active_mtx_};
+      fenced_.insert(id);
+      auto i = active_.find(id);
+      if (i != active_.end())
+        signal_run(i->second.actor, run_signal::fenced, 0);
+    }
+  } catch (const std::exception& ex) {
+    spdlog::warn("perdure: could not check which runs are still ours: {}",
+                 ex.what());
+  }
 }
 
 void runtime_impl::run_stopped(const std::string& id,
@@ -432,9 +591,7 @@ run_outcome await_run(runtime_impl& rt, const std::string& id,
   if (!rt.running())
     throw error(errc::not_running, "the runtime is not running");
   using clock = std::chrono::steady_clock;
-  auto deadline = timeout == std::chrono::milliseconds::max()
-                    ? clock::time_point::max()
-                    : clock::now() + timeout;
+  auto deadline = saturating_deadline(timeout);
   rt.watch(id);
   struct unwatch_guard {
     runtime_impl& rt;
@@ -512,7 +669,11 @@ runtime::runtime(config cfg)
 }
 
 runtime::~runtime() {
-  stop();
+  try {
+    stop();
+  } catch (const std::exception& ex) {
+    spdlog::error("perdure: {}", ex.what());
+  }
 }
 
 const config& runtime::cfg() const noexcept {
@@ -562,14 +723,15 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   run.app_version = impl_->cfg.app_version;
   run.created_at_ms = detail::now_ms();
   if (opts.timeout.count() > 0)
-    run.deadline_ms = impl_->clock->now_ms() + opts.timeout.count();
+    run.deadline_ms = detail::saturating_add(impl_->clock->now_ms(),
+                                             opts.timeout.count());
   detail::runtime_impl::client_call call{*impl_};
   // Through the group-commit writer: starts from many threads share a
   // commit. Durable first, then delivered: the run exists before its actor.
   std::promise<persistence::write_ack> created;
   auto ack = created.get_future();
-  impl_->writer->create(run, [&created](persistence::write_ack a) {
-    created.set_value(a);
+  impl_->writer->create(run, [&created](persistence::write_result r) {
+    created.set_value(r.ack);
   });
   switch (ack.get()) {
     case persistence::write_ack::committed:
@@ -579,6 +741,10 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
       impl_->spawn_run(std::move(run), {});
       return opts.id;
     case persistence::write_ack::failed:
+    case persistence::write_ack::superseded:
+      // The commit may have happened all the same: if the run exists, it
+      // runs (housekeeping finds it); a start with this id returns it.
+      impl_->orphaned(run.id);
       throw error(errc::store_unavailable,
                   "could not record the start of workflow '" + run.id + "'");
     case persistence::write_ack::rejected:
@@ -705,7 +871,8 @@ runtime::event_bytes(const std::string& workflow_id, const std::string& key,
                      std::chrono::milliseconds timeout) {
   check_name("workflow id", workflow_id);
   check_name("event key", key);
-  auto until = std::chrono::steady_clock::now() + timeout;
+  auto until = saturating_deadline(timeout);
+  auto pause = std::chrono::milliseconds{5};
   for (;;) {
     {
       detail::runtime_impl::client_call call{*impl_};
@@ -717,10 +884,12 @@ runtime::event_bytes(const std::string& workflow_id, const std::string& key,
     auto now = std::chrono::steady_clock::now();
     if (now >= until)
       return std::nullopt;
-    // Polling: events are read far less often than steps are written.
+    // Polling, backing off from 5 ms to `poll_interval`: events are read
+    // far less often than steps are written.
     std::this_thread::sleep_for(
-      std::min<std::chrono::steady_clock::duration>(until - now,
-                                                    std::chrono::milliseconds{10}));
+      std::min<std::chrono::steady_clock::duration>(until - now, pause));
+    pause = std::min(pause * 2, std::max(impl_->cfg.poll_interval,
+                                         std::chrono::milliseconds{5}));
   }
 }
 

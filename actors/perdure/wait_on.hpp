@@ -68,7 +68,7 @@ private:
 namespace perdure::detail {
 
 /// `co_await`ing a select: a wait whose outcome says which source won.
-class select_awaiter {
+class [[nodiscard]] select_awaiter {
 public:
   select_awaiter(run_core& core, operation op) : inner_(core, std::move(op)) {
   }

@@ -13,6 +13,7 @@
 #include "perdure/child_handle.hpp"
 #include "perdure/detail/awaiters.hpp"
 #include "perdure/detail/run_core.hpp"
+#include "perdure/detail/time_math.hpp"
 #include "perdure/error.hpp"
 #include "perdure/task.hpp"
 #include "perdure/wait_on.hpp"
@@ -109,10 +110,13 @@ public:
   /// suspends, no thread is held, a long sleep drops the run from memory
   /// (`config::passivate_after`), and after a restart the run sleeps only
   /// what remains.
+  ///
+  /// A duration too long to represent (`milliseconds::max()`, say) sleeps
+  /// for ever: the run stays passivated and only a cancellation ends it.
   template <class Rep, class Period>
   detail::sleep_awaiter sleep(std::chrono::duration<Rep, Period> d) {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d);
-    return sleep_until_ms(core_->now_ms() + std::max<std::int64_t>(0, ms.count()));
+    return sleep_until_ms(
+      detail::saturating_add(core_->now_ms(), detail::saturating_ms(d)));
   }
 
   /// Sleeps durably until `t` (on the runtime's clock).
@@ -184,8 +188,7 @@ public:
   template <class Rep, class Period>
   task<selected> select_within(std::chrono::duration<Rep, Period> timeout,
                                std::vector<wait_on> waits) {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-    auto due = co_await deadline(ms.count());
+    auto due = co_await deadline(detail::saturating_ms(timeout));
     detail::wait_awaiter awaiter{*core_, select_operation(waits, due)};
     co_return selected{co_await awaiter};
   }
@@ -359,7 +362,8 @@ private:
   /// Records (once) a deadline `ms` from now; returns it (ms since epoch).
   task<std::int64_t> deadline(std::int64_t ms) {
     auto op = next_operation(persistence::entry_kind::deadline, "deadline", {});
-    op.due_ms = core_->now_ms() + std::max<std::int64_t>(0, ms);
+    op.due_ms = detail::saturating_add(core_->now_ms(),
+                                       std::max<std::int64_t>(0, ms));
     detail::record_awaiter awaiter{*core_, std::move(op)};
     auto e = co_await awaiter;
     co_return std::stoll(e.payload);

@@ -21,6 +21,7 @@ const char* to_string(errc code) noexcept {
     case errc::timeout: return "timeout";
     case errc::not_running: return "not_running";
     case errc::already_resolved: return "already_resolved";
+    case errc::store_full: return "store_full";
   }
   return "unknown";
 }

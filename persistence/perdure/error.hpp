@@ -44,6 +44,9 @@ enum class errc : std::uint8_t {
   not_running,
   /// An awakeable (or promise) that was already resolved or rejected.
   already_resolved,
+  /// The database has no room left (a full disk or quota), even after
+  /// retrying. Nothing was written; work resumes once there is room.
+  store_full,
 };
 
 /// Returns the stable name of `code`, e.g. `"conflicting_id"`.

@@ -24,7 +24,8 @@ public:
   }
 
   journal_writer::callback slot(int i) {
-    return [this, i](write_ack a) {
+    return [this, i](write_result r) {
+      auto a = r.ack;
       std::lock_guard g{m_};
       acks_[static_cast<size_t>(i)] = a;
       ++received_;
@@ -97,7 +98,8 @@ TEST_F(journal_writer_test, batches_concurrent_writers_into_few_commits) {
         std::mutex m;
         std::condition_variable cv;
         std::optional<write_ack> ack;
-        writer.append(entry(r, s), [&](write_ack a) {
+        writer.append(entry(r, s), [&](write_result r) {
+          auto a = r.ack;
           std::lock_guard g{m};
           ack = a;
           cv.notify_one();
@@ -127,7 +129,8 @@ TEST_F(journal_writer_test, acks_only_after_the_write_is_visible_elsewhere) {
   std::mutex m;
   std::condition_variable cv;
   bool seen_in_callback = false, done = false;
-  writer.append(entry(0, 0), [&](write_ack a) {
+  writer.append(entry(0, 0), [&](write_result r) {
+          auto a = r.ack;
     EXPECT_EQ(a, write_ack::committed);
     // Runs on the writer thread right after the commit.
     auto j = reader->load_journals({"run-0"});
@@ -158,7 +161,8 @@ TEST_F(journal_writer_test, drains_queued_writes_on_destruction) {
   {
     journal_writer writer{open_store(db_.store_options())};
     for (int s = 0; s < 100; ++s)
-      writer.append(entry(0, s), [&](write_ack a) {
+      writer.append(entry(0, s), [&](write_result r) {
+          auto a = r.ack;
         if (a == write_ack::committed)
           ++acked;
       });

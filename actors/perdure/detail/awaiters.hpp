@@ -30,6 +30,8 @@ T unpack(const persistence::journal_entry& e) {
       throw step_failed(e.error);
     case persistence::outcome::terminal:
       throw terminal_error(e.error);
+    case persistence::outcome::unreadable:
+      throw perdure::error(errc::store_error, e.error);
     case persistence::outcome::value:
       break;
   }
@@ -68,7 +70,7 @@ std::string encode_result(const T& x, const run_core& core) {
 /// `co_await`ing a durable operation: ready at once when replaying,
 /// otherwise suspended until the actor has made the outcome durable.
 template <class T>
-class operation_awaiter {
+class [[nodiscard]] operation_awaiter {
 public:
   operation_awaiter(run_core& core, operation op)
     : core_(&core), op_(std::move(op)) {
@@ -94,7 +96,7 @@ private:
 /// `co_await`ing a durable sleep: ready at once if replay finds it due,
 /// otherwise suspended until the actor's timer says it is.
 /// Small on purpose: it lives in the frame of every sleeping run.
-class sleep_awaiter {
+class [[nodiscard]] sleep_awaiter {
 public:
   sleep_awaiter(run_core& core, std::int32_t seq, std::int64_t due_ms)
     : core_(&core), seq_(seq), due_ms_(due_ms) {
@@ -194,7 +196,7 @@ T unpack_wait(const wait_outcome& w) {
 /// `co_await`ing a wait: ready at once when replaying, otherwise suspended
 /// until one of its sources delivers or its deadline passes; the outcome is
 /// checkpointed before the code sees it, so replay picks the same source.
-class wait_awaiter {
+class [[nodiscard]] wait_awaiter {
 public:
   wait_awaiter(run_core& core, operation op)
     : core_(&core), op_(std::move(op)), seq_(op_.seq) {
@@ -230,7 +232,7 @@ private:
 
 /// A wait whose outcome is decoded as `T`.
 template <class T>
-class typed_wait_awaiter {
+class [[nodiscard]] typed_wait_awaiter {
 public:
   typed_wait_awaiter(run_core& core, operation op) : inner_(core, std::move(op)) {
   }
@@ -253,7 +255,7 @@ private:
 
 /// `co_await`ing an operation that only records something known now (an
 /// awakeable's creation, a deadline): returns the recorded payload.
-class record_awaiter {
+class [[nodiscard]] record_awaiter {
 public:
   record_awaiter(run_core& core, operation op)
     : core_(&core), op_(std::move(op)), seq_(op_.seq) {

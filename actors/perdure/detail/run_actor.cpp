@@ -81,9 +81,22 @@ void checkpoint(persistence::journal_writer& writer, const caf::actor& me,
   auto error = e.error;
   writer.append({std::move(owner), std::move(e)},
                 [me, seq, result, payload = std::move(payload),
-                 error = std::move(error)](persistence::write_ack ack) {
+                 error = std::move(error)](persistence::write_result r) {
+                  if (r.ack == persistence::write_ack::superseded) {
+                    // The index holds another outcome (recorded by an
+                    // attempt whose commit was in doubt): it stands, live
+                    // as on replay.
+                    auto& e = *r.recorded;
+                    send_reply(me, reply::durable, seq,
+                               static_cast<std::int32_t>(e.outcome),
+                               static_cast<std::int32_t>(
+                                 persistence::write_ack::committed),
+                               0, std::move(e.payload), std::move(e.error));
+                    return;
+                  }
                   send_reply(me, reply::durable, seq, result,
-                             static_cast<std::int32_t>(ack), 0, payload, error);
+                             static_cast<std::int32_t>(r.ack), 0, payload,
+                             error);
                 });
 }
 
@@ -124,6 +137,13 @@ struct run_state : run_core {
     std::uint64_t seen;
   };
   std::optional<passivation> confirming;
+  /// A delivery check in flight (for the await at `checking_seq`); a wake
+  /// meanwhile asks for one more check after it instead of a second one at
+  /// once (two checks could record two winners for one index).
+  std::int32_t checking_seq = -1;
+  bool check_again = false;
+  /// The await's outcome is being recorded: no further checks.
+  bool recording = false;
   /// Declared last: the frame goes before everything it refers to.
   std::unique_ptr<run_driver> driver;
 
@@ -140,6 +160,8 @@ struct run_state : run_core {
     encoding_ = rt->cfg.payload_encoding;
     max_payload_ = rt->cfg.max_payload_bytes;
     for (auto& e : journal) {
+      if (e.outcome == persistence::outcome::unreadable && !fatal_)
+        fatal_ = std::make_unique<std::string>(e.error); // ends it ERROR
       std::string{}.swap(e.run_id); // the run's id is run_id_; save the copy
       record_outcome(std::move(e));
     }
@@ -154,6 +176,8 @@ struct run_state : run_core {
     op = std::make_unique<operation>(std::move(next));
     waiting = h;
     attempt = 0;
+    recording = false;
+    check_again = false;
     switch (op->kind) {
       case persistence::entry_kind::step:
       case persistence::entry_kind::transaction:
@@ -179,7 +203,7 @@ struct run_state : run_core {
         return;
       case persistence::entry_kind::sleep:
         if (auto* r = find_recorded(op->seq)) {
-          arm(std::stoll(r->payload)); // replay: sleep what remains
+          arm(persistence::recorded_time(*r)); // replay: sleep what remains
         } else {
           auto e = entry_for(op->seq);
           e.payload = std::to_string(op->due_ms);
@@ -218,7 +242,8 @@ struct run_state : run_core {
 
   // -- children -----------------------------------------------------------------
 
-  /// Creates the child run (off the actor), starts it, and reports back as
+  /// Creates the child run (off the actor, fenced by this run: a process
+  /// that lost the parent creates nothing), starts it, and reports back as
   /// a step outcome, which is then checkpointed: a crash in between creates
   /// nothing twice (same id) and starts nothing twice (it is running).
   void start_child() {
@@ -232,7 +257,8 @@ struct run_state : run_core {
     child.created_at_ms = detail::now_ms();
     child.parent_id = run_id_;
     auto me = caf::actor_cast<caf::actor>(self);
-    rt->steps->post([me, seq = op->seq, child = std::move(child), rt = rt] {
+    rt->control->post([me, seq = op->seq, child = std::move(child), rt = rt,
+                       fence = owner()] {
       auto report = [&](persistence::outcome o, std::string error) {
         send_outcome(me, seq, o, {}, std::move(error), false);
       };
@@ -244,12 +270,16 @@ struct run_state : run_core {
                       "child ids must be 1 to 255 bytes of UTF-8 without NUL");
       try {
         auto result = rt->tx_stores->with(
-          [&](persistence::store& db) { return db.create_run(child); });
-        if (result.created) {
-          rt->spawn_run(std::move(result.run), {});
-        } else if (result.run.name != child.name
-                   || result.run.inputs != child.inputs
-                   || result.run.parent_id != child.parent_id) {
+          [&](persistence::store& db) { return db.create_child(fence, child); });
+        if (!result) {
+          send_signal(me, run_signal::fenced, seq);
+          return;
+        }
+        if (result->created) {
+          rt->spawn_run(std::move(result->run), {});
+        } else if (result->run.name != child.name
+                   || result->run.inputs != child.inputs
+                   || result->run.parent_id != child.parent_id) {
           return report(persistence::outcome::terminal,
                         "child id '" + child.id
                           + "' already names another run");
@@ -288,13 +318,20 @@ struct run_state : run_core {
   /// (off the actor: it reads the store); the answer comes back as a
   /// `found` message. Past the deadline with nothing delivered: timed out.
   void check_delivery() {
+    if (recording)
+      return; // found already
+    if (checking_seq == op->seq) {
+      check_again = true; // after the one in flight
+      return;
+    }
+    checking_seq = op->seq;
     auto me = caf::actor_cast<caf::actor>(self);
     std::vector<std::int64_t> after;
     for (auto& s : op->sources)
       after.push_back(s.what == wait_source::kind::message ? consumed(s.key) : 0);
-    rt->steps->post([me, seq = op->seq, sources = op->sources,
-                     after = std::move(after), due = op->due_ms, rt = rt,
-                     run = run_id_] {
+    rt->control->post([me, seq = op->seq, sources = op->sources,
+                       after = std::move(after), due = op->due_ms, rt = rt,
+                       run = run_id_] {
       wait_outcome w;
       bool found = false;
       try {
@@ -364,9 +401,16 @@ struct run_state : run_core {
   void on_found(std::int32_t seq, bool found, std::int32_t index,
                 std::int64_t cursor, std::int32_t result, std::string payload,
                 std::string error) {
+    if (seq == checking_seq)
+      checking_seq = -1;
     if (!op || op->seq != seq || op->kind != persistence::entry_kind::await
-        || passivating)
+        || passivating || recording)
       return;
+    if (!found && std::exchange(check_again, false)) {
+      check_delivery(); // woken while this check was in flight
+      return;
+    }
+    check_again = false;
     if (confirming) {
       auto p = *std::exchange(confirming, std::nullopt);
       if (!found) {
@@ -384,6 +428,7 @@ struct run_state : run_core {
       e.outcome = static_cast<persistence::outcome>(result);
       e.payload = w.encode();
       e.error = std::move(error);
+      recording = true; // one record per index, whatever wakes come now
       record(std::move(e));
       return;
     }
@@ -422,7 +467,7 @@ struct run_state : run_core {
       return;
     if (op->kind == persistence::entry_kind::sleep) {
       if (auto* e = find_recorded(op->seq))
-        arm(std::stoll(e->payload));
+        arm(persistence::recorded_time(*e));
     } else if (op->kind == persistence::entry_kind::await) {
       check_delivery();
     }
@@ -436,7 +481,7 @@ struct run_state : run_core {
     passivating = true;
     auto me = caf::actor_cast<caf::actor>(self);
     auto seen = rt->wake_count(run_id_);
-    rt->steps->post([me, seq = op->seq, seen, wake_at, fence = owner(),
+    rt->control->post([me, seq = op->seq, seen, wake_at, fence = owner(),
                      id = run_id_, pool = rt->tx_stores.get()] {
       bool ok = false;
       try {
@@ -491,16 +536,31 @@ struct run_state : run_core {
       on_wake(seq);
   }
 
-  /// Clears the run's wake-up time (it stays in memory after all).
+  /// Clears the run's wake-up time (it stays in memory after all). If that
+  /// fails, the store says "passivated" of a run in memory, which a crash
+  /// would then leave asleep: the run restarts from the store instead
+  /// (housekeeping revives it, and reviving clears the time).
   void stay_awake() {
-    rt->steps->post([fence = owner(), id = run_id_, pool = rt->tx_stores.get()] {
+    auto me = caf::actor_cast<caf::actor>(self);
+    rt->control->post([me, fence = owner(), id = run_id_,
+                       pool = rt->tx_stores.get()] {
       try {
         pool->with([&](persistence::store& db) {
           return db.set_wake_at(fence, id, std::nullopt);
         });
-      } catch (const std::exception&) {
+      } catch (const std::exception& ex) {
+        spdlog::warn("perdure: run {} could not record that it is awake "
+                     "({}); it restarts",
+                     id, ex.what());
+        send_signal(me, run_signal::restart, 0);
       }
     });
+  }
+
+  /// Stops the actor and has housekeeping revive the run from the store.
+  void restart() {
+    stop(std::nullopt);
+    rt->orphaned(run_id_);
   }
 
   void on_cancel() {
@@ -521,7 +581,13 @@ struct run_state : run_core {
       auto last_attempt = attempt >= op->policy.max_attempts;
       rt->steps->post([me, seq, last_attempt, body = op->body,
                        writer = rt->writer.get(), fence = owner(),
-                       proto = entry_for(seq)]() mutable {
+                       proto = entry_for(seq), rt = rt]() mutable {
+        // Right before the body: a process that lost the run to another
+        // one runs none of its steps any more.
+        if (!rt->owns(proto.run_id)) {
+          send_signal(me, run_signal::fenced, seq);
+          return;
+        }
         auto out = body();
         if (out.result == persistence::outcome::failed && !last_attempt) {
           send_outcome(me, seq, out.result, std::move(out.payload),
@@ -546,27 +612,35 @@ struct run_state : run_core {
     auto is_event = op->kind == persistence::entry_kind::event;
     if (is_event)
       checkpoint.payload = op->payload;
-    rt->steps->post([me, seq, checkpoint, fence = owner(), body = op->tx_body,
-                     is_event, pool = rt->tx_stores.get()] {
-      std::string payload;
+    // A transaction runs user SQL (step executor); an event is the
+    // runtime's own row (control executor).
+    auto& executor = is_event ? *rt->control : *rt->steps;
+    executor.post([me, seq, checkpoint, fence = owner(), body = op->tx_body,
+                   is_event, rt = rt] {
       auto send_failure = [&](persistence::outcome o, const char* what) {
         send_outcome(me, seq, o, {}, what, false);
       };
+      if (!rt->owns(checkpoint.run_id)) {
+        send_signal(me, run_signal::fenced, seq);
+        return;
+      }
       try {
-        auto result = pool->with([&](persistence::store& db) {
+        auto recorded = rt->tx_stores->with([&](persistence::store& db) {
           if (is_event) // Perdure's own row, with its checkpoint
             return db.record_event(fence, checkpoint, checkpoint.name,
                                    checkpoint.payload);
-          return db.run_transaction(fence, checkpoint, [&](sql_session& s) {
-            payload = body(s);
-            return payload;
-          });
+          return db.run_transaction(fence, checkpoint, body);
         });
-        if (result == persistence::transaction_outcome::fenced)
+        if (!recorded) {
           send_signal(me, run_signal::fenced, seq);
-        else
-          send_outcome(me, seq, persistence::outcome::value, payload, {},
-                       true);
+          return;
+        }
+        // As recorded: an outcome an earlier attempt committed stands.
+        auto& e = *recorded;
+        if (is_event && e.outcome == persistence::outcome::value)
+          e.payload.clear(); // the event's value is no result
+        send_outcome(me, seq, e.outcome, std::move(e.payload),
+                     std::move(e.error), true);
       } catch (const terminal_error& ex) {
         send_failure(persistence::outcome::terminal, ex.what());
       } catch (const std::exception& ex) {
@@ -584,8 +658,8 @@ struct run_state : run_core {
     auto seq = op->seq;
     auto checkpoint = entry_for(seq);
     checkpoint.created_at_ms = detail::now_ms();
-    rt->steps->post([me, seq, checkpoint = std::move(checkpoint),
-                     fence = owner(), d = op->delivery, rt = rt] {
+    rt->control->post([me, seq, checkpoint = std::move(checkpoint),
+                       fence = owner(), d = op->delivery, rt = rt] {
       try {
         auto recorded = rt->tx_stores->with([&](persistence::store& db) {
           return db.deliver(fence, checkpoint, *d);
@@ -665,7 +739,10 @@ struct run_state : run_core {
     e.payload = std::move(payload);
     e.error = std::move(error);
     if (op->kind == persistence::entry_kind::sleep) {
-      arm(op->due_ms); // the wake-up time is durable; now wait for it
+      // The wake-up time is durable (ours, or one recorded before): wait.
+      arm(e.outcome == persistence::outcome::value
+            ? persistence::recorded_time(e)
+            : op->due_ms);
       return;
     }
     resume_with(std::move(e));
@@ -691,10 +768,12 @@ struct run_state : run_core {
         return false;
       case persistence::write_ack::failed:
         spdlog::error("perdure: run {} stops: {} could not be written; it "
-                      "stays PENDING for recovery",
+                      "is revived when the store answers again",
                       run_id_, what);
-        stop(std::nullopt);
+        restart();
         return false;
+      case persistence::write_ack::superseded:
+        return true; // the sender substituted the recorded outcome
     }
     return false;
   }
@@ -703,6 +782,7 @@ struct run_state : run_core {
     spdlog::warn("perdure: run {} is owned elsewhere now (fenced); this "
                  "process stops running it",
                  run_id_);
+    rt->fenced_from(run_id_);
     stop(std::nullopt);
   }
 
@@ -754,8 +834,8 @@ struct run_state : run_core {
     final_outcome = std::make_unique<run_outcome>(
       run_outcome{c.status, c.output, c.error});
     auto me = caf::actor_cast<caf::actor>(self);
-    rt->writer->complete(std::move(c), [me](persistence::write_ack ack) {
-      send_signal(me, run_signal::ended, static_cast<std::int32_t>(ack));
+    rt->writer->complete(std::move(c), [me](persistence::write_result r) {
+      send_signal(me, run_signal::ended, static_cast<std::int32_t>(r.ack));
     });
   }
 
@@ -774,6 +854,12 @@ struct run_state : run_core {
 
   void start_code() {
     auto start = std::move(pending_start);
+    if (fatal_) { // a journal row that cannot be read: this run alone fails
+      spdlog::error("perdure: run {} cannot be replayed: {}", run_id_, *fatal_);
+      abandoned = true;
+      finish();
+      return;
+    }
     auto i = rt->workflows.find(start->name);
     if (i == rt->workflows.end()) {
       fatal_ = std::make_unique<std::string>("unknown workflow '" + start->name
@@ -806,7 +892,10 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
                     ex.what());
     } catch (...) {
     }
+    // Not left for the next process start: housekeeping revives it (a run
+    // that fails its actor every time ends at max_recovery_attempts).
     self->state.rt->run_stopped(self->state.run_id(), std::nullopt);
+    self->state.rt->orphaned(self->state.run_id());
     return caf::sec::runtime_error;
   });
   return {
@@ -822,6 +911,7 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
           case run_signal::wake: st.on_wake(seq); break;
           case run_signal::cancel: st.on_cancel(); break;
           case run_signal::ended: st.on_ended(seq); break;
+          case run_signal::restart: st.restart(); break;
         }
         return;
       }

@@ -28,6 +28,9 @@ enum class run_signal : std::int32_t {
   cancel,
   /// The final status was written (`seq`: the `write_ack`).
   ended,
+  /// The store could not record what the run's memory assumes (e.g. that
+  /// it is awake): stop, and let housekeeping revive it from the store.
+  restart,
 };
 
 /// The `seq` of a run's deadline timer (cancels it).

@@ -10,10 +10,12 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "perdure/config.hpp"
 #include "perdure/detail/step_executor.hpp"
+#include "perdure/detail/ticker.hpp"
 #include "perdure/detail/timer_service.hpp"
 #include "perdure/detail/store_pool.hpp"
 #include "perdure/detail/workflow_entry.hpp"
@@ -38,7 +40,12 @@ public:
   // -- owned while started ----------------------------------------------------
 
   std::unique_ptr<persistence::journal_writer> writer;
+  /// Runs user step code (which may block for long).
   std::unique_ptr<step_executor> steps;
+  /// Runs the runtime's own store I/O (delivery checks, passivation,
+  /// revival, deliveries, child starts, sweeps, deadlines): slow user steps
+  /// never hold up wake-ups, deadlines or cancellations.
+  std::unique_ptr<step_executor> control;
   std::unique_ptr<store_pool> tx_stores;
   std::unique_ptr<caf::actor_system_config> system_cfg;
   std::unique_ptr<caf::actor_system> system;
@@ -114,13 +121,45 @@ public:
   /// since `seen` wake-ups; returns whether it was dropped.
   bool finish_passivation(const std::string& id, std::uint64_t seen);
 
-  /// Loads run `id` and its journal and spawns its actor, if it is still
-  /// PENDING here and not running (on the step executor: it blocks).
-  void revive(const std::string& id);
+  /// Claims run `id` (a new epoch: any other copy is fenced) and spawns its
+  /// actor replaying its journal, if it is a PENDING run of this executor
+  /// not in memory here and not one this process was fenced from (on the
+  /// control executor: it blocks). `count_attempt`: this is a recovery (the
+  /// run's actor failed), counted against `max_recovery_attempts`. A store
+  /// failure leaves the run orphaned: the next housekeeping tries again.
+  void revive(const std::string& id, bool count_attempt = false);
 
-  /// Spawns the actor of `run`, replaying `journal`.
+  /// Spawns the actor of `run`, replaying `journal` (or, if the run was
+  /// recovered too often, ends it RETRIES_EXCEEDED).
   void spawn_run(persistence::run_record run,
                  std::vector<persistence::journal_entry> journal);
+
+  /// Run `id` should run here but has no actor (its actor stopped on a
+  /// store failure or an exception, or its creation was in doubt):
+  /// housekeeping revives it within `orphan_retry` (longer while the store
+  /// keeps failing).
+  void orphaned(const std::string& id);
+
+  /// Another process claimed run `id` (a write was fenced): this process
+  /// never runs or revives it again.
+  void fenced_from(const std::string& id);
+
+  /// Returns whether this process may still run run `id` (it was not
+  /// fenced from it). Checked right before a step body runs.
+  bool owns(const std::string& id) const;
+
+  /// Another process with this executor id claimed its runs: stops the
+  /// actors of the runs this process lost.
+  void check_ownership();
+
+  /// Housekeeping, every `housekeeping_interval`: revives orphaned runs.
+  void housekeeping();
+
+  /// Returns this runtime instance's random id (tells its own notices from
+  /// those of another process using the same executor id).
+  const std::string& instance() const noexcept {
+    return instance_;
+  }
 
   /// Called by a run actor when it stops; `outcome` is set if the run ended
   /// (its final status committed).
@@ -144,6 +183,11 @@ private:
   };
 
   void recover();
+  void revive_orphans();
+  void on_notice(const std::string& notice);
+
+  std::string instance_;
+  std::unique_ptr<ticker> housekeeper_;
 
   std::mutex control_mtx_;
   std::unique_ptr<persistence::store> control_;
@@ -152,8 +196,19 @@ private:
   struct active_run {
     caf::actor actor;
     std::uint64_t wakes = 0;
+    std::int64_t epoch = 0;
   };
   std::unordered_map<std::string, active_run> active_;
+  /// Runs being revived (one revival per run at a time: a second claim
+  /// would fence the first one's actor).
+  std::unordered_set<std::string> reviving_;
+  /// Runs this process lost to another one: never run or revived again.
+  std::unordered_set<std::string> fenced_;
+  /// Runs to revive, and when housekeeping may next try (steady clock).
+  std::unordered_set<std::string> orphans_;
+  std::chrono::steady_clock::time_point orphans_due_{};
+  std::chrono::milliseconds orphan_backoff_{0};
+  bool orphans_busy_ = false;
   bool running_ = false;
   std::size_t client_calls_ = 0;
   std::condition_variable clients_done_;

@@ -2,6 +2,16 @@
 
 namespace perdure::detail {
 
+namespace {
+
+thread_local bool executor_thread = false;
+
+} // namespace
+
+bool step_executor::on_executor_thread() noexcept {
+  return executor_thread;
+}
+
 step_executor::step_executor(std::size_t threads) {
   threads_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i)
@@ -30,6 +40,7 @@ void step_executor::post(std::function<void()> job) {
 }
 
 void step_executor::work() {
+  executor_thread = true;
   for (;;) {
     std::function<void()> job;
     {

@@ -24,6 +24,10 @@ public:
   /// Queues `job`; it runs on one of the executor's threads.
   void post(std::function<void()> job);
 
+  /// Returns whether the calling thread belongs to some step_executor (a
+  /// thread that must not join the executors, as `runtime::stop()` does).
+  static bool on_executor_thread() noexcept;
+
 private:
   void work();
 

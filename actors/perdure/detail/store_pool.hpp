@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "perdure/error.hpp"
 #include "perdure/persistence/store.hpp"
 
 namespace perdure::detail {
@@ -57,8 +58,11 @@ public:
     cv_.notify_one();
   }
 
-  /// Runs `f(store&)` on a pooled connection. A connection whose call threw
-  /// is closed rather than reused: its state is unknown.
+  /// Runs `f(store&)` on a pooled connection. A connection the store gave
+  /// up on (`store_unavailable`: lost past the retry budget) is closed
+  /// rather than reused; after any other exception (a user's error in a
+  /// transactional step, a constraint violation) the store has rolled back
+  /// and the connection serves the next caller.
   template <class F>
   auto with(F&& f) {
     auto db = acquire();
@@ -71,9 +75,16 @@ public:
         release(std::move(db));
         return result;
       }
+    } catch (const perdure::error& ex) {
+      if (ex.code() == errc::store_unavailable) {
+        db.reset();
+        forget();
+      } else {
+        release(std::move(db));
+      }
+      throw;
     } catch (...) {
-      db.reset();
-      forget();
+      release(std::move(db));
       throw;
     }
   }

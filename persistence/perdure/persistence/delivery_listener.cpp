@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "perdure/persistence/detail/channel.hpp"
+#include "perdure/persistence/sqlite_store.hpp"
 
 namespace perdure::persistence {
 
@@ -82,14 +83,76 @@ private:
   std::thread thread_;
 };
 
+/// SQLite has no NOTIFY: another process sharing the file (a helper that
+/// resolves awakeables, say) writes its notices to a table, polled here.
+class sqlite_listener final : public delivery_listener {
+public:
+  /// How often the notices table is read: the delay a delivery from
+  /// another process waits at most (one indexed read of a local file).
+  static constexpr std::chrono::milliseconds poll_every{100};
+
+  sqlite_listener(store_options opts, callback on_notice)
+    : opts_(std::move(opts)), on_notice_(std::move(on_notice)) {
+    thread_ = std::thread{[this] { run(); }};
+  }
+
+  ~sqlite_listener() override {
+    stopping_ = true;
+    thread_.join();
+  }
+
+private:
+  void run() {
+    using namespace std::chrono_literals;
+    std::unique_ptr<store> db;
+    std::int64_t last = -1;
+    auto last_sweep = std::chrono::steady_clock::now();
+    while (!stopping_) {
+      try {
+        if (!db) {
+          db = open_store(opts_);
+          last = -1;
+        }
+        auto& lite = static_cast<sqlite_store&>(*db);
+        if (last < 0) {
+          last = lite.notices_after(-1).front().first;
+          on_notice_("*"); // anything sent before now: look at the store
+        }
+        for (auto& [id, payload] : lite.notices_after(last)) {
+          last = id;
+          on_notice_(payload);
+        }
+        auto now = std::chrono::steady_clock::now();
+        if (now - last_sweep >= sweep_every) {
+          last_sweep = now;
+          on_notice_("*");
+        }
+      } catch (const std::exception& ex) {
+        spdlog::warn("perdure: could not read notices ({}); trying again",
+                     ex.what());
+        db.reset();
+      }
+      for (int i = 0; i < 4 && !stopping_; ++i)
+        std::this_thread::sleep_for(poll_every / 4);
+    }
+  }
+
+  store_options opts_;
+  callback on_notice_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
 } // namespace
 
 std::unique_ptr<delivery_listener>
 listen_for_deliveries(const store_options& opts,
                       delivery_listener::callback on_notice) {
-  if (opts.url.rfind("postgres", 0) != 0)
-    return nullptr;
-  return std::make_unique<pg_listener>(opts, std::move(on_notice));
+  if (opts.url.rfind("postgres", 0) == 0)
+    return std::make_unique<pg_listener>(opts, std::move(on_notice));
+  if (opts.url.rfind("sqlite:", 0) == 0)
+    return std::make_unique<sqlite_listener>(opts, std::move(on_notice));
+  return nullptr;
 }
 
 } // namespace perdure::persistence

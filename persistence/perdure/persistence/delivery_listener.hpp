@@ -9,8 +9,9 @@
 namespace perdure::persistence {
 
 /// Hears what other processes delivered to runs (awakeables resolved,
-/// messages sent, cancellations): PostgreSQL LISTEN on a connection of its
-/// own, on a thread of its own. Each `store::notify` payload arrives as one
+/// messages sent, cancellations) on a thread of its own: PostgreSQL LISTEN
+/// on a connection of its own; on SQLite, which has no NOTIFY, a poll of
+/// the notices table every 100 ms. Each `store::notify` payload arrives as one
 /// call; `"*"` means "notices may have been missed" (after connecting or
 /// reconnecting, and every few seconds in any case: a sender may crash
 /// between its commit and its NOTIFY), so the receiver should look at the
@@ -23,8 +24,7 @@ public:
 };
 
 /// Starts listening on the database of `opts`, calling `on_notice` on the
-/// listener's thread. Returns null for SQLite (one process: deliveries are
-/// in-process calls).
+/// listener's thread.
 std::unique_ptr<delivery_listener>
 listen_for_deliveries(const store_options& opts,
                       delivery_listener::callback on_notice);

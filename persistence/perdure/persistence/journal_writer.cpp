@@ -79,7 +79,7 @@ void journal_writer::run(store& db) {
       }
     }
     // Split the requests into the batch, remembering where each one went.
-    pending_batch batch;
+    write_batch batch;
     std::vector<slot> slots;
     slots.reserve(taken.size());
     for (auto& req : taken) {
@@ -87,68 +87,77 @@ void journal_writer::run(store& db) {
         slots.emplace_back(kind::create, batch.creates.size());
         batch.creates.push_back(std::move(*r));
       } else if (auto* a = std::get_if<append_write>(&req.write)) {
-        slots.emplace_back(kind::append, batch.writes.appends.size());
-        batch.writes.appends.push_back(std::move(*a));
+        slots.emplace_back(kind::append, batch.appends.size());
+        batch.appends.push_back(std::move(*a));
       } else {
-        slots.emplace_back(kind::complete, batch.writes.completions.size());
-        batch.writes.completions.push_back(
+        slots.emplace_back(kind::complete, batch.completions.size());
+        batch.completions.push_back(
           std::move(std::get<completion_write>(req.write)));
       }
     }
     bool unavailable = false;
-    auto acks = commit(db, batch, slots, unavailable);
-    if (!acks && !unavailable && taken.size() > 1) {
+    auto results = commit(db, batch, slots, unavailable);
+    if (!results && !unavailable && taken.size() > 1) {
       // The database refused the batch (not merely unreachable): one bad
       // write must not fail the others, so commit them one by one.
-      acks.emplace();
+      results.emplace();
       for (std::size_t i = 0; i < taken.size(); ++i) {
-        pending_batch single;
+        write_batch single;
         auto [k, idx] = slots[i];
         if (k == kind::create)
           single.creates.push_back(batch.creates[idx]);
         else if (k == kind::append)
-          single.writes.appends.push_back(batch.writes.appends[idx]);
+          single.appends.push_back(batch.appends[idx]);
         else
-          single.writes.completions.push_back(batch.writes.completions[idx]);
+          single.completions.push_back(batch.completions[idx]);
         auto one = commit(db, single, {{k, 0}}, unavailable);
-        acks->push_back(one ? one->front() : write_ack::failed);
+        results->push_back(one ? std::move(one->front())
+                               : write_result{write_ack::failed, {}});
       }
     }
-    if (!acks)
-      acks.emplace(taken.size(), write_ack::failed);
+    if (!results)
+      results.emplace(taken.size(), write_result{write_ack::failed, {}});
     for (std::size_t i = 0; i < taken.size(); ++i)
       if (taken[i].done)
-        taken[i].done((*acks)[i]);
+        taken[i].done(std::move((*results)[i]));
     taken.clear();
   }
 }
 
-std::optional<std::vector<write_ack>>
-journal_writer::commit(store& db, const pending_batch& batch,
+std::optional<std::vector<write_result>>
+journal_writer::commit(store& db, const write_batch& batch,
                        const std::vector<slot>& slots, bool& unavailable) {
   try {
-    // Runs first: nothing in the same batch depends on them (a run's first
-    // append follows its acknowledged creation), so two commits are fine,
-    // and a batch without creations stays one statement.
-    std::vector<bool> created;
-    if (!batch.creates.empty())
-      created = db.create_runs(batch.creates);
-    batch_result result;
-    if (!batch.writes.empty())
-      result = db.write_batch(batch.writes);
-    std::vector<write_ack> acks;
-    acks.reserve(slots.size());
+    auto result = db.write_batch(batch);
+    std::vector<write_result> results;
+    results.reserve(slots.size());
     for (auto [k, idx] : slots) {
-      auto ok = k == kind::create   ? created[idx]
+      write_result r;
+      bool ok = k == kind::create   ? result.created[idx]
                 : k == kind::append ? result.appends[idx]
                                     : result.completions[idx];
-      acks.push_back(ok ? write_ack::committed : write_ack::rejected);
+      r.ack = ok ? write_ack::committed : write_ack::rejected;
+      if (ok && k == kind::append && idx < result.recorded.size()
+          && result.recorded[idx]) {
+        auto& stored = *result.recorded[idx];
+        auto& sent = batch.appends[idx].entry;
+        // Our own earlier write of the same outcome (an in-doubt commit
+        // sent again) is simply committed.
+        if (stored.outcome != sent.outcome || stored.payload != sent.payload
+            || stored.error != sent.error || stored.kind != sent.kind
+            || stored.name != sent.name) {
+          r.ack = write_ack::superseded;
+          r.recorded = std::move(stored);
+        }
+      }
+      results.push_back(std::move(r));
     }
     std::lock_guard guard{mtx_};
     ++batches_;
-    return acks;
+    return results;
   } catch (const perdure::error& ex) {
-    unavailable = ex.code() == errc::store_unavailable;
+    unavailable = ex.code() == errc::store_unavailable
+                  || ex.code() == errc::store_full;
     spdlog::error("perdure: journal batch of {} writes failed: {}",
                   slots.size(), ex.what());
   } catch (const std::exception& ex) {

@@ -24,18 +24,30 @@ enum class write_ack : std::uint8_t {
   rejected,
   /// The database failed beyond the store's retry budget; nothing committed.
   failed,
+  /// An append met an index that holds an outcome already (an in-doubt
+  /// write sent again, or a second copy of the run): nothing was written,
+  /// and the outcome stored there stands (see `write_result::recorded`).
+  superseded,
+};
+
+/// A write's fate, as its callback hears it.
+struct write_result {
+  write_ack ack = write_ack::committed;
+  /// With `superseded`: the entry stored at the index, which stands.
+  std::optional<journal_entry> recorded;
 };
 
 /// The group-commit writer: every run creation, journal append and run
-/// completion goes through it. Writes from many actors collect in a queue while the previous
-/// batch commits; the next batch takes all of them in one transaction, and
-/// each writer is called back after the commit (never before). Under load
+/// completion goes through it. Writes from many actors collect in a queue
+/// while the previous batch commits; the next batch takes all of them in one
+/// transaction (creations included: what one write depends on commits with
+/// it), and each writer is called back after the commit (never before). Under load
 /// this turns one commit per step into one commit per batch. A batch that
 /// fails is retried write by write, so one bad write fails alone.
 class journal_writer {
 public:
   /// Called on the writer's thread once the write's fate is known.
-  using callback = std::function<void(write_ack)>;
+  using callback = std::function<void(write_result)>;
 
   struct options {
     /// Most writes committed in one transaction.
@@ -84,22 +96,16 @@ private:
   enum class kind : std::uint8_t { create, append, complete };
   using slot = std::pair<kind, std::size_t>;
 
-  /// A batch: the runs it creates, then its journal writes.
-  struct pending_batch {
-    std::vector<run_record> creates;
-    write_batch writes;
-  };
-
   static std::vector<std::unique_ptr<store>> one(std::unique_ptr<store> db);
   void push(request req);
   void run(store& db);
 
-  /// Commits `batch`; returns each slot's ack, or nothing if it failed
-  /// (setting `unavailable` if the database could not be reached at all).
-  std::optional<std::vector<write_ack>> commit(store& db,
-                                               const pending_batch& batch,
-                                               const std::vector<slot>& slots,
-                                               bool& unavailable);
+  /// Commits `batch`; returns each slot's result, or nothing if it failed
+  /// (setting `unavailable` if the database could not be reached, or had
+  /// no room: then one write alone fails as well).
+  std::optional<std::vector<write_result>>
+  commit(store& db, const write_batch& batch, const std::vector<slot>& slots,
+         bool& unavailable);
 
   std::vector<std::unique_ptr<store>> connections_;
   options opts_;

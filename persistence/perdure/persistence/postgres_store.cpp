@@ -2,6 +2,7 @@
 
 #include <pqxx/pqxx>
 
+#include <map>
 #include <set>
 #include <unordered_set>
 
@@ -34,6 +35,21 @@ detail::failure_kind classify(std::exception_ptr ep) {
   } catch (...) {
   }
   return detail::failure_kind::permanent;
+}
+
+bool owns(pqxx::transaction_base& w, const fence& owner,
+          const std::string& run_id);
+
+/// Returns, for each of `runs`, whether its id is in `inserted`.
+std::vector<bool> created_flags(const std::vector<run_record>& runs,
+                                std::unordered_set<std::string>& inserted) {
+  // A re-sent batch (in-doubt commit) finds its own runs: not "inserted"
+  // by this call, which callers resolve by reading the run.
+  std::vector<bool> created;
+  created.reserve(runs.size());
+  for (auto& run : runs)
+    created.push_back(inserted.erase(run.id) > 0);
+  return created;
 }
 
 /// Runs the user's statements of a transactional step inside our work.
@@ -143,6 +159,67 @@ std::string complete_sql(const std::string& s, int first) {
            "RETURNING r.id, r.parent_id, u.at";
 }
 
+/// Returns the INSERT of many runs (ten array parameters numbered from
+/// `first`): new ids inserted, taken ones left alone; the inserted ids come
+/// back.
+std::string create_runs_sql(const std::string& s, int first) {
+  auto p = [&](int i, const char* type) {
+    return "$" + std::to_string(first + i) + "::" + type + "[]";
+  };
+  return "INSERT INTO " + s
+         + "runs (id, name, status, inputs, executor, epoch, app_version, "
+           "created_at, updated_at, parent_id, deadline) SELECT i.id, i.name, "
+           "i.status, decode(i.inputs, 'hex'), i.executor, i.epoch, "
+           "i.app_version, i.created_at, i.created_at, i.parent, i.deadline "
+           "FROM unnest("
+         + p(0, "text") + ", " + p(1, "text") + ", " + p(2, "text") + ", "
+         + p(3, "text") + ", " + p(4, "text") + ", " + p(5, "bigint") + ", "
+         + p(6, "text") + ", " + p(7, "bigint") + ", " + p(8, "text") + ", "
+         + p(9, "bigint")
+         + ") AS i(id, name, status, inputs, executor, epoch, app_version, "
+           "created_at, parent, deadline) ON CONFLICT (id) DO NOTHING "
+           "RETURNING id";
+}
+
+} // namespace
+
+/// A batch's run creations as the ten arrays of `create_runs_sql`.
+struct postgres_store::creation_arrays {
+  detail::pg_array ids, names, statuses, inputs, execs, epochs, versions, ats,
+    parents, deadlines;
+
+  explicit creation_arrays(const std::vector<run_record>& runs) {
+    for (auto& run : runs) {
+      parents.add_opt(run.parent_id);
+      deadlines.add_opt(run.deadline_ms ? std::optional{std::to_string(
+                                            *run.deadline_ms)}
+                                        : std::nullopt);
+      ids.add(run.id);
+      names.add(run.name);
+      statuses.add(to_string(run.status));
+      inputs.add(detail::to_hex(run.inputs));
+      execs.add(run.owner.executor);
+      epochs.add(run.owner.epoch);
+      versions.add(run.app_version);
+      ats.add(run.created_at_ms);
+    }
+  }
+};
+
+namespace {
+
+/// Reads a journal row selected as `run_id, seq, kind, name, outcome,
+/// payload, error, created_at` (a bad row comes back unreadable).
+journal_entry read_entry(const pqxx::row& row) {
+  return read_journal_row(
+    row[0].as<std::string>(), row[1].as<std::int64_t>(),
+    row[2].as<std::string>(), row[3].as<std::string>(),
+    row[4].as<std::int64_t>(),
+    row[5].is_null() ? std::string{} : bytes(row[5]),
+    row[6].is_null() ? std::string{} : row[6].as<std::string>(),
+    row[7].as<std::int64_t>());
+}
+
 /// Returns the SET clause of a delivery at time `at` (a parameter): the run
 /// row is always written, so a passivation committing meanwhile is ordered
 /// before or after it, and marked only if it is passivated now.
@@ -166,14 +243,37 @@ struct postgres_store::connection : pqxx::connection {
   using pqxx::connection::connection;
 };
 
+template <class F>
+auto postgres_store::with_retry(F&& attempt) {
+  try {
+    return detail::with_retry(
+      retry_budget_,
+      [&] {
+        if (!conn_)
+          connect(); // only while constructing
+        return attempt();
+      },
+      classify, [this] { connect(); });
+  } catch (const pqxx::failure& ex) {
+    throw perdure::error(errc::store_error, ex.what());
+  }
+}
+
 postgres_store::postgres_store(std::string url, std::string schema,
                                std::chrono::milliseconds retry_budget)
   : url_(std::move(url)), schema_(std::move(schema)),
     retry_budget_(retry_budget) {
+  // A server starting up or shutting down refuses connections for a
+  // while: retried within the budget like any lost connection.
   try {
-    connect();
-  } catch (const pqxx::failure& ex) {
-    throw perdure::error(errc::store_unavailable,
+    with_retry([&] {
+      connect();
+      return 0;
+    });
+  } catch (const perdure::error& ex) {
+    throw perdure::error(ex.code() == errc::store_error
+                           ? errc::store_unavailable
+                           : ex.code(),
                          std::string{"cannot connect to PostgreSQL: "}
                            + ex.what());
   }
@@ -182,7 +282,9 @@ postgres_store::postgres_store(std::string url, std::string schema,
 postgres_store::~postgres_store() = default;
 
 void postgres_store::connect() {
-  conn_.reset();
+  // The old connection stays until a new one is ready: a store whose
+  // retries ran out keeps a (broken) connection, never a null one, and its
+  // next call reconnects.
   auto c = std::make_unique<connection>(url_);
   auto s = c->quote_name(schema_) + ".";
   c->prepare("get_run", std::string{"SELECT "} + run_columns + " FROM " + s
@@ -202,18 +304,7 @@ void postgres_store::connect() {
                + s + "runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
   // Many runs at once (the writer batches starts): new ids inserted, taken
   // ones left alone; the inserted ids come back.
-  c->prepare("create_runs",
-             "INSERT INTO " + s
-               + "runs (id, name, status, inputs, executor, epoch, "
-                 "app_version, created_at, updated_at, parent_id, deadline) "
-                 "SELECT i.id, i.name, i.status, decode(i.inputs, 'hex'), "
-                 "i.executor, i.epoch, i.app_version, i.created_at, "
-                 "i.created_at, i.parent, i.deadline FROM unnest($1::text[], "
-                 "$2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], "
-                 "$7::text[], $8::bigint[], $9::text[], $10::bigint[]) AS i(id, "
-                 "name, status, inputs, executor, epoch, app_version, "
-                 "created_at, parent, deadline) ON CONFLICT (id) DO NOTHING "
-                 "RETURNING id");
+  c->prepare("create_runs", create_runs_sql(s, 1));
   c->prepare("set_wake_at",
              "UPDATE " + s
                + "runs SET wake_at = $4 WHERE id = $1 AND executor = $2 AND "
@@ -319,11 +410,13 @@ void postgres_store::connect() {
                  "$8::smallint[], $9::text[], $10::text[], $11::bigint[]) AS "
                  "j(run_id, seq, kind, name, outcome, payload, error, "
                  "created_at) WHERE j.run_id IN (SELECT id FROM owned) ON "
-                 "CONFLICT (run_id, seq) DO NOTHING), "
+                 "CONFLICT (run_id, seq) DO NOTHING RETURNING 1), "
                  "completed AS ("
                + complete_sql(s, 12) + "), " + wake_parents_sql(s)
-               + " SELECT 'a', id FROM owned UNION ALL SELECT 'c', id FROM "
-                 "completed");
+               + ", created AS (" + create_runs_sql(s, 19)
+               + ") SELECT 'a', id FROM owned UNION ALL SELECT 'c', id FROM "
+                 "completed UNION ALL SELECT 'n', id FROM created UNION ALL "
+                 "SELECT 'i', count(*)::text FROM appended");
   c->prepare("complete_runs", "WITH completed AS (" + complete_sql(s, 1)
                                 + "), " + wake_parents_sql(s)
                                 + " SELECT id FROM completed");
@@ -342,17 +435,29 @@ void postgres_store::connect() {
   c->prepare("entry_outcome",
              "SELECT outcome, error FROM " + s
                + "journal WHERE run_id = $1 AND seq = $2");
+  c->prepare("get_entry",
+             "SELECT run_id, seq, kind, name, outcome, payload, error, "
+             "created_at FROM "
+               + s + "journal WHERE run_id = $1 AND seq = $2");
+  c->prepare("get_entries",
+             "SELECT j.run_id, j.seq, j.kind, j.name, j.outcome, j.payload, "
+             "j.error, j.created_at FROM "
+               + s
+               + "journal j WHERE (j.run_id, j.seq) IN (SELECT * FROM "
+                 "unnest($1::text[], $2::int[]))");
+  c->prepare("claim_run",
+             "UPDATE " + s
+               + "runs SET epoch = epoch + 1, recovery_attempts = "
+                 "recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
+                 "status = 'PENDING' RETURNING "
+               + run_columns);
+  c->prepare("lost_runs",
+             "SELECT a.id FROM unnest($2::text[], $3::bigint[]) AS a(id, "
+             "epoch) WHERE NOT EXISTS (SELECT 1 FROM "
+               + s
+               + "runs r WHERE r.id = a.id AND r.executor = $1 AND r.epoch = "
+                 "a.epoch AND r.status = 'PENDING')");
   conn_ = std::move(c);
-}
-
-template <class F>
-auto postgres_store::with_retry(F&& attempt) {
-  try {
-    return detail::with_retry(retry_budget_, attempt, classify,
-                              [this] { connect(); });
-  } catch (const pqxx::failure& ex) {
-    throw perdure::error(errc::store_error, ex.what());
-  }
 }
 
 void postgres_store::migrate() {
@@ -425,38 +530,73 @@ create_result postgres_store::create_run(const run_record& run) {
 
 std::vector<bool>
 postgres_store::create_runs(const std::vector<run_record>& runs) {
-  detail::pg_array ids, names, statuses, inputs, execs, epochs, versions, ats,
-    parents, deadlines;
-  for (auto& run : runs) {
-    parents.add_opt(run.parent_id);
-    deadlines.add_opt(run.deadline_ms ? std::optional{std::to_string(
-                                          *run.deadline_ms)}
-                                      : std::nullopt);
-    ids.add(run.id);
-    names.add(run.name);
-    statuses.add(to_string(run.status));
-    inputs.add(detail::to_hex(run.inputs));
-    execs.add(run.owner.executor);
-    epochs.add(run.owner.epoch);
-    versions.add(run.app_version);
-    ats.add(run.created_at_ms);
-  }
+  creation_arrays a{runs};
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
     std::unordered_set<std::string> inserted;
     for (const auto& row :
-         w.exec_prepared("create_runs", ids.str(), names.str(), statuses.str(),
-                         inputs.str(), execs.str(), epochs.str(),
-                         versions.str(), ats.str(), parents.str(),
-                         deadlines.str()))
+         w.exec_prepared("create_runs", a.ids.str(), a.names.str(),
+                         a.statuses.str(), a.inputs.str(), a.execs.str(),
+                         a.epochs.str(), a.versions.str(), a.ats.str(),
+                         a.parents.str(), a.deadlines.str()))
       inserted.insert(row[0].as<std::string>());
-    // A re-sent batch (in-doubt commit) finds its own runs: not "inserted"
-    // by this call, which callers resolve by reading the run.
-    std::vector<bool> created;
-    created.reserve(runs.size());
-    for (auto& run : runs)
-      created.push_back(inserted.erase(run.id) > 0);
-    return created;
+    return created_flags(runs, inserted);
+  });
+}
+
+std::optional<create_result>
+postgres_store::create_child(const fence& parent, const run_record& child) {
+  auto deadline = child.deadline_ms ? std::to_string(*child.deadline_ms)
+                                    : std::string{};
+  return with_retry([&]() -> std::optional<create_result> {
+    pqxx::work w{*conn_};
+    if (!child.parent_id || !owns(w, parent, *child.parent_id))
+      return std::nullopt; // rolls back
+    auto res = w.exec_prepared(
+      "create_run", child.id, child.name, std::string{to_string(child.status)},
+      pqxx::binarystring{child.inputs.data(), child.inputs.size()},
+      child.owner.executor, child.owner.epoch, child.app_version,
+      child.created_at_ms, child.parent_id->c_str(),
+      child.deadline_ms ? deadline.c_str() : nullptr);
+    if (res.empty())
+      throw pqxx::serialization_failure("run row not yet visible");
+    create_result result;
+    result.created = res[0][0].as<bool>();
+    result.run = read_run(res[0], 1);
+    w.commit();
+    return result;
+  });
+}
+
+std::optional<run_record> postgres_store::claim_run(std::string_view id,
+                                                    std::string_view executor,
+                                                    bool count_attempt) {
+  return with_retry([&]() -> std::optional<run_record> {
+    pqxx::nontransaction w{*conn_};
+    auto res = w.exec_prepared("claim_run", std::string{id},
+                               std::string{executor}, count_attempt ? 1 : 0);
+    if (res.empty())
+      return std::nullopt;
+    return read_run(res[0]);
+  });
+}
+
+std::vector<std::string>
+postgres_store::lost_runs(std::string_view executor,
+                          const std::vector<std::string>& ids,
+                          const std::vector<std::int64_t>& epochs) {
+  detail::pg_array a_ids, a_epochs;
+  for (auto& id : ids)
+    a_ids.add(id);
+  for (auto e : epochs)
+    a_epochs.add(e);
+  return with_retry([&] {
+    pqxx::read_transaction t{*conn_};
+    std::vector<std::string> lost;
+    for (const auto& row : t.exec_prepared("lost_runs", std::string{executor},
+                                           a_ids.str(), a_epochs.str()))
+      lost.push_back(row[0].as<std::string>());
+    return lost;
   });
 }
 
@@ -544,6 +684,7 @@ postgres_store::deliver(const fence& owner, journal_entry checkpoint,
   both.add(checkpoint.run_id);
   both.add(d.run_id());
   return with_retry([&]() -> std::optional<journal_entry> {
+   return or_recorded(checkpoint, [&]() -> std::optional<journal_entry> {
     pqxx::work w{*conn_};
     w.exec_prepared("lock_runs", both.str());
     if (!owns(w, owner, checkpoint.run_id))
@@ -572,7 +713,24 @@ postgres_store::deliver(const fence& owner, journal_entry checkpoint,
                     e.error, e.created_at_ms);
     w.commit();
     return e;
+   });
   });
+}
+
+template <class F>
+std::optional<journal_entry>
+postgres_store::or_recorded(const journal_entry& checkpoint, F&& attempt) {
+  try {
+    return attempt();
+  } catch (const pqxx::unique_violation&) {
+    // Two copies of one run wrote this index at once (two processes with
+    // one executor id): the first commit stands, for both.
+    pqxx::read_transaction r{*conn_};
+    auto res = r.exec_prepared("get_entry", checkpoint.run_id, checkpoint.seq);
+    if (res.empty())
+      throw;
+    return read_entry(res[0]);
+  }
 }
 
 std::optional<resolution>
@@ -638,12 +796,13 @@ std::optional<message> postgres_store::next_message(std::string_view run_id,
   });
 }
 
-transaction_outcome postgres_store::record_event(const fence& owner,
-                                                 journal_entry checkpoint,
-                                                 const std::string& key,
-                                                 const std::string& value) {
+std::optional<journal_entry>
+postgres_store::record_event(const fence& owner, journal_entry checkpoint,
+                             const std::string& key, const std::string& value) {
+  // The value is the checkpoint's payload too, as on SQLite: the journal
+  // shows what was published.
   return transact(
-    owner, std::move(checkpoint), [](sql_session&) { return std::string{}; },
+    owner, std::move(checkpoint), [&](sql_session&) { return value; },
     [&](pqxx::work& w, const journal_entry& e) {
       w.exec_prepared("upsert_event", e.run_id, key,
                       pqxx::binarystring{value.data(), value.size()},
@@ -698,26 +857,50 @@ postgres_store::load_journals(const std::vector<std::string>& run_ids) {
   return with_retry([&] {
     pqxx::read_transaction r{*conn_};
     std::vector<journal_entry> result;
-    for (const auto& row : r.exec_prepared("load_journals", ids.str())) {
-      journal_entry e;
-      e.run_id = row[0].as<std::string>();
-      e.seq = row[1].as<std::int32_t>();
-      auto kind = parse_entry_kind(row[2].as<std::string>());
-      if (!kind)
-        throw perdure::error(errc::store_error,
-                             "journal of run " + e.run_id
-                               + " has an unknown entry kind");
-      e.kind = *kind;
-      e.name = row[3].as<std::string>();
-      e.outcome = static_cast<outcome>(row[4].as<int>());
-      e.payload = row[5].is_null() ? std::string{} : bytes(row[5]);
-      e.error = row[6].is_null() ? std::string{} : row[6].as<std::string>();
-      e.created_at_ms = row[7].as<std::int64_t>();
-      result.push_back(std::move(e));
-    }
+    for (const auto& row : r.exec_prepared("load_journals", ids.str()))
+      result.push_back(read_entry(row));
     return result;
   });
 }
+
+namespace {
+
+/// Fills `result.recorded` if some owned append of `batch` met an index
+/// holding an outcome (fewer than the owned appends were inserted).
+void read_recorded(pqxx::transaction_base& w,
+                   const persistence::write_batch& batch,
+                   std::uint64_t appended, batch_result& result) {
+  std::size_t owned = 0;
+  for (bool ok : result.appends)
+    owned += ok ? 1 : 0;
+  if (appended == owned)
+    return; // every owned append inserted: nothing stood in the way
+  // Some index held an outcome already. Whatever is stored now stands;
+  // report it for every owned append (rare: in-doubt writes sent again, or
+  // two copies of a run).
+  detail::pg_array r_ids, r_seqs;
+  for (std::size_t i = 0; i < batch.appends.size(); ++i)
+    if (result.appends[i]) {
+      r_ids.add(batch.appends[i].entry.run_id);
+      r_seqs.add(batch.appends[i].entry.seq);
+    }
+  std::map<std::pair<std::string, std::int32_t>, journal_entry> stored;
+  for (const auto& row :
+       w.exec_prepared("get_entries", r_ids.str(), r_seqs.str())) {
+    auto e = read_entry(row);
+    auto key = std::make_pair(e.run_id, e.seq);
+    stored.emplace(std::move(key), std::move(e));
+  }
+  result.recorded.resize(batch.appends.size());
+  for (std::size_t i = 0; i < batch.appends.size(); ++i) {
+    auto& e = batch.appends[i].entry;
+    auto found = stored.find({e.run_id, e.seq});
+    if (result.appends[i] && found != stored.end())
+      result.recorded[i] = found->second;
+  }
+}
+
+} // namespace
 
 batch_result postgres_store::write_batch(const persistence::write_batch& batch) {
   detail::pg_array f_ids, f_execs, f_epochs;
@@ -747,22 +930,23 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
     c_err.add_opt(c.error);
     c_at.add(c.at_ms);
   }
-  // Re-running after an in-doubt commit is safe: a journal index the owner
-  // wrote already is kept, a completion to the same status is accepted.
+  creation_arrays n{batch.creates};
+  // Re-running after an in-doubt commit is safe: a journal index written
+  // already is kept (and reported), a completion to the same status is
+  // accepted, a run created already is reported as taken.
   return with_retry([&] {
-    std::unordered_set<std::string> owned, done;
+    batch_outcome out;
     if (batch.appends.size() >= copy_threshold) {
       try {
-        copy_batch(batch, f_ids.str(), f_execs.str(), f_epochs.str(),
+        copy_batch(batch, n, f_ids.str(), f_execs.str(), f_epochs.str(),
                    {c_ids.str(), c_execs.str(), c_epochs.str(), c_status.str(),
                     c_out.str(), c_err.str(), c_at.str()},
-                   owned, done);
-        return make_result(batch, owned, done);
+                   out);
+        return make_result(batch, out);
       } catch (const pqxx::unique_violation&) {
         // An index written before (an in-doubt batch sent again): the
-        // statement below keeps the first value.
-        owned.clear();
-        done.clear();
+        // statement below keeps (and reports) what is stored.
+        out = batch_outcome{};
       }
     }
     pqxx::nontransaction w{*conn_};
@@ -770,64 +954,85 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
            "write_batch", f_ids.str(), f_execs.str(), f_epochs.str(), ids.str(),
            seqs.str(), kinds.str(), names.str(), outcomes.str(), payloads.str(),
            errors.str(), ats.str(), c_ids.str(), c_execs.str(), c_epochs.str(),
-           c_status.str(), c_out.str(), c_err.str(), c_at.str()))
-      (row[0].as<std::string>() == "a" ? owned : done)
-        .insert(row[1].as<std::string>());
-    return make_result(batch, owned, done);
+           c_status.str(), c_out.str(), c_err.str(), c_at.str(), n.ids.str(),
+           n.names.str(), n.statuses.str(), n.inputs.str(), n.execs.str(),
+           n.epochs.str(), n.versions.str(), n.ats.str(), n.parents.str(),
+           n.deadlines.str())) {
+      auto tag = row[0].as<std::string>();
+      auto value = row[1].as<std::string>();
+      if (tag == "a")
+        out.owned.insert(std::move(value));
+      else if (tag == "c")
+        out.done.insert(std::move(value));
+      else if (tag == "n")
+        out.inserted.insert(std::move(value));
+      else
+        out.appended = std::stoull(value);
+    }
+    auto result = make_result(batch, out);
+    read_recorded(w, batch, out.appended, result);
+    return result;
   });
 }
 
-batch_result
-postgres_store::make_result(const persistence::write_batch& batch,
-                            const std::unordered_set<std::string>& owned,
-                            const std::unordered_set<std::string>& done) {
+
+batch_result postgres_store::make_result(const persistence::write_batch& batch,
+                                         batch_outcome& out) {
   batch_result result;
+  result.created = created_flags(batch.creates, out.inserted);
   result.appends.reserve(batch.appends.size());
   for (auto& a : batch.appends)
-    result.appends.push_back(owned.count(a.entry.run_id) > 0);
+    result.appends.push_back(out.owned.count(a.entry.run_id) > 0);
   for (auto& c : batch.completions)
-    result.completions.push_back(done.count(c.run_id) > 0);
+    result.completions.push_back(out.done.count(c.run_id) > 0);
   return result;
 }
 
 void postgres_store::copy_batch(const persistence::write_batch& batch,
+                                const creation_arrays& n,
                                 const std::string& f_ids,
                                 const std::string& f_execs,
                                 const std::string& f_epochs,
                                 const std::array<std::string, 7>& completions,
-                                std::unordered_set<std::string>& owned,
-                                std::unordered_set<std::string>& done) {
-  // A large batch: fence, then COPY (several times cheaper per row than
-  // INSERT ... SELECT), then completions, in one transaction.
+                                batch_outcome& out) {
+  // A large batch: creations, fence, then COPY (several times cheaper per
+  // row than INSERT ... SELECT), then completions, in one transaction.
   pqxx::work w{*conn_};
+  if (!batch.creates.empty())
+    for (const auto& row : w.exec_prepared(
+           "create_runs", n.ids.str(), n.names.str(), n.statuses.str(),
+           n.inputs.str(), n.execs.str(), n.epochs.str(), n.versions.str(),
+           n.ats.str(), n.parents.str(), n.deadlines.str()))
+      out.inserted.insert(row[0].as<std::string>());
   for (const auto& row : w.exec_prepared("fence_check", f_ids, f_execs, f_epochs))
-    owned.insert(row[0].as<std::string>());
-  if (!owned.empty()) {
-    pqxx::stream_to out{w, conn_->quote_name(schema_) + ".journal",
-                        std::vector<std::string>{"run_id", "seq", "kind", "name",
-                                                 "outcome", "payload", "error",
-                                                 "created_at"}};
+    out.owned.insert(row[0].as<std::string>());
+  if (!out.owned.empty()) {
+    pqxx::stream_to stream{w, conn_->quote_name(schema_) + ".journal",
+                           std::vector<std::string>{"run_id", "seq", "kind",
+                                                    "name", "outcome", "payload",
+                                                    "error", "created_at"}};
     for (auto& a : batch.appends) {
       auto& e = a.entry;
-      if (owned.count(e.run_id) == 0)
+      if (out.owned.count(e.run_id) == 0)
         continue;
-      out << std::make_tuple(e.run_id, e.seq, std::string{to_string(e.kind)},
-                             e.name, static_cast<int>(e.outcome),
-                             "\\x" + detail::to_hex(e.payload), e.error,
-                             e.created_at_ms);
+      stream << std::make_tuple(e.run_id, e.seq, std::string{to_string(e.kind)},
+                                e.name, static_cast<int>(e.outcome),
+                                "\\x" + detail::to_hex(e.payload), e.error,
+                                e.created_at_ms);
+      ++out.appended; // COPY inserts every row or fails
     }
-    out.complete();
+    stream.complete();
   }
   if (!batch.completions.empty()) {
     auto& c = completions;
     for (const auto& row : w.exec_prepared("complete_runs", c[0], c[1], c[2],
                                            c[3], c[4], c[5], c[6]))
-      done.insert(row[0].as<std::string>());
+      out.done.insert(row[0].as<std::string>());
   }
   w.commit();
 }
 
-transaction_outcome postgres_store::run_transaction(
+std::optional<journal_entry> postgres_store::run_transaction(
   const fence& owner, journal_entry checkpoint,
   const std::function<std::string(sql_session&)>& body) {
   return transact(owner, std::move(checkpoint), body,
@@ -835,33 +1040,31 @@ transaction_outcome postgres_store::run_transaction(
 }
 
 template <class Extra>
-transaction_outcome postgres_store::transact(
+std::optional<journal_entry> postgres_store::transact(
   const fence& owner, journal_entry checkpoint,
   const std::function<std::string(sql_session&)>& body, Extra&& extra) {
-  bool retrying = false;
-  return with_retry([&] {
-    if (retrying) {
-      // The previous attempt may have committed before the connection broke.
-      pqxx::read_transaction r{*conn_};
-      if (!r.exec_prepared("entry_exists", checkpoint.run_id, checkpoint.seq)
-             .empty())
-        return transaction_outcome::committed;
-    }
-    retrying = true;
-    pqxx::work w{*conn_};
-    if (!owns(w, owner, checkpoint.run_id))
-      return transaction_outcome::fenced; // rolls back
-    postgres_session session{w};
-    checkpoint.payload = body(session);
-    w.exec_prepared("insert_entry", checkpoint.run_id, checkpoint.seq,
-                    std::string{to_string(checkpoint.kind)}, checkpoint.name,
-                    static_cast<int>(checkpoint.outcome),
-                    pqxx::binarystring{checkpoint.payload.data(),
-                                       checkpoint.payload.size()},
-                    checkpoint.error, checkpoint.created_at_ms);
-    extra(w, checkpoint);
-    w.commit();
-    return transaction_outcome::committed;
+  return with_retry([&]() -> std::optional<journal_entry> {
+    return or_recorded(checkpoint, [&]() -> std::optional<journal_entry> {
+      pqxx::work w{*conn_};
+      if (!owns(w, owner, checkpoint.run_id))
+        return std::nullopt; // rolls back
+      // Every attempt first looks at its index: an outcome there, from an
+      // attempt whose commit was in doubt, stands and the body does not run.
+      auto res = w.exec_prepared("get_entry", checkpoint.run_id, checkpoint.seq);
+      if (!res.empty())
+        return read_entry(res[0]); // rolls back: nothing written
+      postgres_session session{w};
+      auto e = checkpoint;
+      e.payload = body(session);
+      w.exec_prepared("insert_entry", e.run_id, e.seq,
+                      std::string{to_string(e.kind)}, e.name,
+                      static_cast<int>(e.outcome),
+                      pqxx::binarystring{e.payload.data(), e.payload.size()},
+                      e.error, e.created_at_ms);
+      extra(w, e);
+      w.commit();
+      return e;
+    });
   });
 }
 

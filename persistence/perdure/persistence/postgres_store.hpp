@@ -29,6 +29,14 @@ public:
   int schema_version() override;
   create_result create_run(const run_record& run) override;
   std::vector<bool> create_runs(const std::vector<run_record>& runs) override;
+  std::optional<create_result> create_child(const fence& parent,
+                                            const run_record& child) override;
+  std::optional<run_record> claim_run(std::string_view id,
+                                      std::string_view executor,
+                                      bool count_attempt) override;
+  std::vector<std::string>
+  lost_runs(std::string_view executor, const std::vector<std::string>& ids,
+            const std::vector<std::int64_t>& epochs) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
   std::vector<std::string> cancel_run(std::string_view run_id,
@@ -45,9 +53,10 @@ public:
   std::optional<message> next_message(std::string_view run_id,
                                       std::string_view topic,
                                       std::int64_t after) override;
-  transaction_outcome record_event(const fence& owner, journal_entry checkpoint,
-                                   const std::string& key,
-                                   const std::string& value) override;
+  std::optional<journal_entry> record_event(const fence& owner,
+                                            journal_entry checkpoint,
+                                            const std::string& key,
+                                            const std::string& value) override;
   std::optional<std::string> get_event(std::string_view run_id,
                                        std::string_view key) override;
   std::optional<run_record> get_run(std::string_view id) override;
@@ -56,7 +65,7 @@ public:
   std::vector<journal_entry>
   load_journals(const std::vector<std::string>& run_ids) override;
   batch_result write_batch(const persistence::write_batch& batch) override;
-  transaction_outcome
+  std::optional<journal_entry>
   run_transaction(const fence& owner, journal_entry checkpoint,
                   const std::function<std::string(sql_session&)>& body) override;
 
@@ -64,23 +73,37 @@ private:
   /// Batches with at least this many appends go through COPY.
   static constexpr std::size_t copy_threshold = 32;
 
+  struct creation_arrays;
+
+  /// What a batch's statements reported.
+  struct batch_outcome {
+    std::unordered_set<std::string> owned;    // runs the fence let through
+    std::unordered_set<std::string> done;     // runs completed
+    std::unordered_set<std::string> inserted; // runs created
+    std::uint64_t appended = 0;               // journal rows inserted
+  };
+
   void connect();
   void copy_batch(const persistence::write_batch& batch,
-                  const std::string& f_ids, const std::string& f_execs,
-                  const std::string& f_epochs,
+                  const creation_arrays& creations, const std::string& f_ids,
+                  const std::string& f_execs, const std::string& f_epochs,
                   const std::array<std::string, 7>& completions,
-                  std::unordered_set<std::string>& owned,
-                  std::unordered_set<std::string>& done);
+                  batch_outcome& out);
   static batch_result make_result(const persistence::write_batch& batch,
-                                  const std::unordered_set<std::string>& owned,
-                                  const std::unordered_set<std::string>& done);
+                                  batch_outcome& out);
   template <class F>
   auto with_retry(F&& attempt);
+
+  /// Runs `attempt`; if it lost a race for `checkpoint`'s index (unique
+  /// violation), returns what the winner stored there.
+  template <class F>
+  std::optional<journal_entry> or_recorded(const journal_entry& checkpoint,
+                                           F&& attempt);
 
   /// `run_transaction`, plus `extra(pqxx::work&, const journal_entry&)` in
   /// the same transaction (Perdure's own rows written with the checkpoint).
   template <class Extra>
-  transaction_outcome
+  std::optional<journal_entry>
   transact(const fence& owner, journal_entry checkpoint,
            const std::function<std::string(sql_session&)>& body,
            Extra&& extra);

@@ -1,5 +1,8 @@
 #include "perdure/persistence/records.hpp"
 
+#include <charconv>
+#include <cstdint>
+
 namespace perdure::persistence {
 
 const char* to_string(entry_kind x) noexcept {
@@ -40,6 +43,79 @@ std::optional<entry_kind> parse_entry_kind(const std::string& str) noexcept {
   if (str == "resolve")
     return entry_kind::resolve;
   return std::nullopt;
+}
+
+namespace {
+
+/// Parses a whole decimal int64, or nothing.
+std::optional<std::int64_t> parse_int(std::string_view str) {
+  std::int64_t x = 0;
+  auto [end, ec] = std::from_chars(str.data(), str.data() + str.size(), x);
+  if (ec != std::errc{} || end != str.data() + str.size())
+    return std::nullopt;
+  return x;
+}
+
+/// Returns whether a wait entry's payload has its form,
+/// `<index>:<cursor>:<bytes>`.
+bool valid_wait_payload(const std::string& payload) {
+  auto a = payload.find(':');
+  if (a == std::string::npos)
+    return false;
+  auto b = payload.find(':', a + 1);
+  return b != std::string::npos
+         && parse_int(std::string_view{payload}.substr(0, a))
+         && parse_int(std::string_view{payload}.substr(a + 1, b - a - 1));
+}
+
+} // namespace
+
+journal_entry read_journal_row(std::string run_id, std::int64_t seq,
+                               const std::string& kind, std::string name,
+                               std::int64_t stored_outcome,
+                               std::string payload, std::string error,
+                               std::int64_t created_at_ms) {
+  journal_entry e;
+  e.run_id = std::move(run_id);
+  e.seq = static_cast<std::int32_t>(seq);
+  e.name = std::move(name);
+  e.payload = std::move(payload);
+  e.error = std::move(error);
+  e.created_at_ms = created_at_ms;
+  auto row = [&] {
+    return "journal row (run '" + e.run_id + "', seq " + std::to_string(seq)
+           + ")";
+  };
+  auto parsed = parse_entry_kind(kind);
+  std::string defect;
+  if (!parsed)
+    defect = row() + " has an unknown kind '" + kind + "'";
+  else if (stored_outcome < 0 || stored_outcome > 2)
+    defect = row() + " has an unknown outcome " + std::to_string(stored_outcome);
+  else if (seq < 0 || seq > INT32_MAX)
+    defect = row() + " has an index out of range";
+  if (parsed) {
+    e.kind = *parsed;
+    if (defect.empty() && stored_outcome == 0) {
+      auto timed = e.kind == entry_kind::sleep || e.kind == entry_kind::deadline;
+      if (timed && !parse_int(e.payload))
+        defect = row() + " has a malformed wake-up time";
+      else if (e.kind == entry_kind::await && !valid_wait_payload(e.payload))
+        defect = row() + " has a malformed wait outcome";
+    }
+  }
+  if (!defect.empty()) {
+    e.outcome = outcome::unreadable;
+    e.error = std::move(defect);
+    return e;
+  }
+  e.outcome = static_cast<outcome>(stored_outcome);
+  return e;
+}
+
+std::int64_t recorded_time(const journal_entry& e) {
+  auto t = parse_int(e.payload);
+  return t ? *t : 0; // read_journal_row refused malformed ones
 }
 
 void delivery::settle(journal_entry& checkpoint,

@@ -92,7 +92,12 @@ enum class outcome : std::uint8_t {
   failed = 1,
   /// Failed with a `perdure::terminal_error`; rethrown as such.
   terminal = 2,
+  /// Never stored: the row could not be read (an unknown kind, an outcome
+  /// outside this enum, a malformed time); `error` names the row. The run
+  /// it belongs to ends ERROR with that reason; other runs are untouched.
+  unreadable = 255,
 };
+
 
 /// One checkpoint in a run's journal.
 struct journal_entry {
@@ -105,6 +110,19 @@ struct journal_entry {
   std::string error;
   std::int64_t created_at_ms = 0;
 };
+
+/// Returns the entry read from a journal row whose kind is spelled `kind`
+/// and whose outcome is stored as `stored_outcome`; a row Perdure cannot
+/// have written comes back `outcome::unreadable`, its `error` naming it.
+/// Shared by both stores, so one bad row means the same on each.
+journal_entry read_journal_row(std::string run_id, std::int64_t seq,
+                               const std::string& kind, std::string name,
+                               std::int64_t stored_outcome,
+                               std::string payload, std::string error,
+                               std::int64_t created_at_ms);
+
+/// Returns the wake-up time recorded in a `sleep` or `deadline` entry.
+std::int64_t recorded_time(const journal_entry& e);
 
 /// A fenced journal append.
 struct append_write {
@@ -122,22 +140,29 @@ struct completion_write {
   std::int64_t at_ms = 0;
 };
 
-/// Writes committed together in one transaction by `store::write_batch`.
+/// Writes committed together in one transaction by `store::write_batch`:
+/// run creations, journal appends and run completions.
 struct write_batch {
+  std::vector<run_record> creates;
   std::vector<append_write> appends;
   std::vector<completion_write> completions;
 
   bool empty() const noexcept {
-    return appends.empty() && completions.empty();
+    return creates.empty() && appends.empty() && completions.empty();
   }
 };
 
-/// Which writes of a batch took effect; `false` means rejected by the fence.
-/// Rewriting an existing journal index under a valid fence succeeds and keeps
-/// the first value (an owner re-sending a write whose commit was in doubt).
+/// Which writes of a batch took effect. `created[i]` is false if the id
+/// was taken; `appends[i]` and `completions[i]` are false if the fence
+/// rejected them. An append to an index that already holds an outcome
+/// (an in-doubt write sent again, or a second copy of the run) writes
+/// nothing: `recorded[i]` is then the entry stored there, which stands
+/// (`recorded` is empty when no append met one).
 struct batch_result {
+  std::vector<bool> created;
   std::vector<bool> appends;
   std::vector<bool> completions;
+  std::vector<std::optional<journal_entry>> recorded;
 };
 
 /// The outcome of an awakeable, delivered from outside the run.

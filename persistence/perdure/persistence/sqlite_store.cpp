@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <set>
 
 #include "perdure/persistence/detail/migrations.hpp"
@@ -37,6 +38,8 @@ detail::failure_kind classify(std::exception_ptr ep) {
     auto primary = ex.code() & 0xff;
     if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
       return detail::failure_kind::retry;
+    if (primary == SQLITE_FULL)
+      return detail::failure_kind::full;
   } catch (...) {
   }
   return detail::failure_kind::permanent;
@@ -239,6 +242,14 @@ constexpr const char* run_columns
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
     "parent_id, deadline";
 
+/// Reads a journal row selected as `run_id, seq, kind, name, outcome,
+/// payload, error, created_at` (a bad row comes back unreadable).
+template <class Statement>
+journal_entry read_entry(Statement& st) {
+  return read_journal_row(st.text(0), st.int64(1), st.text(2), st.text(3),
+                          st.int64(4), st.text(5), st.text(6), st.int64(7));
+}
+
 template <class Statement>
 run_record read_run(Statement& st) {
   run_record r;
@@ -273,7 +284,13 @@ run_record read_run(Statement& st) {
 template <class F>
 auto sqlite_store::with_retry(F&& attempt) {
   try {
-    return detail::with_retry(retry_budget_, attempt, classify, [] {});
+    // Out of space: move what the write-ahead log holds into the database
+    // and truncate the log, which frees the disk the log took (it would
+    // otherwise keep its size and refill a small disk by itself).
+    return detail::with_retry(retry_budget_, attempt, classify, [this] {
+      sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE,
+                                nullptr, nullptr);
+    });
   } catch (const sqlite_failure& ex) {
     throw perdure::error(errc::store_error, ex.what());
   }
@@ -314,6 +331,8 @@ sqlite_store::sqlite_store(std::string path,
     // WAL with synchronous=NORMAL survives any crash of the application;
     // only an OS crash or power loss may drop the last commits.
     exec("PRAGMA synchronous=NORMAL");
+    // After each checkpoint the log shrinks back to this size (bytes).
+    exec("PRAGMA journal_size_limit=4194304");
     return 0;
   });
 }
@@ -376,33 +395,42 @@ int sqlite_store::schema_version() {
   });
 }
 
+bool sqlite_store::insert_run(const run_record& run) {
+  prepare("INSERT INTO runs (id, name, status, inputs, executor, epoch, "
+          "app_version, created_at, updated_at, parent_id, deadline) VALUES "
+          "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10) ON CONFLICT (id) DO "
+          "NOTHING")
+    .bind(1, run.id)
+    .bind(2, run.name)
+    .bind(3, to_string(run.status))
+    .bind_blob(4, run.inputs)
+    .bind(5, run.owner.executor)
+    .bind(6, run.owner.epoch)
+    .bind(7, run.app_version)
+    .bind(8, run.created_at_ms)
+    .bind_opt(9, run.parent_id)
+    .bind_opt_int(10, run.deadline_ms)
+    .run();
+  return sqlite3_changes(db_) == 1;
+}
+
+run_record sqlite_store::read_run_row(std::string_view id) {
+  auto& sel = prepare(std::string{"SELECT "} + run_columns
+                      + " FROM runs WHERE id = ?1");
+  sel.bind(1, id);
+  if (!sel.step())
+    throw perdure::error(errc::store_error,
+                         "run vanished: " + std::string{id});
+  auto run = read_run(sel);
+  sel.reset();
+  return run;
+}
+
 create_result sqlite_store::create_run(const run_record& run) {
   return in_transaction([&] {
     create_result result;
-    auto& ins = prepare(
-      "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
-      "app_version, created_at, updated_at, parent_id, deadline) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10) ON CONFLICT (id) DO "
-      "NOTHING");
-    ins.bind(1, run.id)
-      .bind(2, run.name)
-      .bind(3, to_string(run.status))
-      .bind_blob(4, run.inputs)
-      .bind(5, run.owner.executor)
-      .bind(6, run.owner.epoch)
-      .bind(7, run.app_version)
-      .bind(8, run.created_at_ms)
-      .bind_opt(9, run.parent_id)
-            .bind_opt_int(10, run.deadline_ms)
-      .run();
-    result.created = sqlite3_changes(db_) == 1;
-    auto& sel = prepare(std::string{"SELECT "} + run_columns
-                        + " FROM runs WHERE id = ?1");
-    sel.bind(1, run.id);
-    if (!sel.step())
-      throw perdure::error(errc::store_error, "run vanished: " + run.id);
-    result.run = read_run(sel);
-    sel.reset();
+    result.created = insert_run(run);
+    result.run = read_run_row(run.id);
     return result;
   });
 }
@@ -411,27 +439,51 @@ std::vector<bool> sqlite_store::create_runs(const std::vector<run_record>& runs)
   return in_transaction([&] {
     std::vector<bool> created;
     created.reserve(runs.size());
-    auto& ins = prepare(
-      "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
-      "app_version, created_at, updated_at, parent_id, deadline) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10) ON CONFLICT (id) DO "
-      "NOTHING");
-    for (auto& run : runs) {
-      ins.reset()
-        .bind(1, run.id)
-        .bind(2, run.name)
-        .bind(3, to_string(run.status))
-        .bind_blob(4, run.inputs)
-        .bind(5, run.owner.executor)
-        .bind(6, run.owner.epoch)
-        .bind(7, run.app_version)
-        .bind(8, run.created_at_ms)
-        .bind_opt(9, run.parent_id)
-                .bind_opt_int(10, run.deadline_ms)
-        .run();
-      created.push_back(sqlite3_changes(db_) == 1);
-    }
+    for (auto& run : runs)
+      created.push_back(insert_run(run));
     return created;
+  });
+}
+
+std::optional<create_result>
+sqlite_store::create_child(const fence& parent, const run_record& child) {
+  return in_transaction([&]() -> std::optional<create_result> {
+    if (!child.parent_id || !fenced_ok(*child.parent_id, parent))
+      return std::nullopt; // nothing written
+    create_result result;
+    result.created = insert_run(child);
+    result.run = read_run_row(child.id);
+    return result;
+  });
+}
+
+std::optional<run_record> sqlite_store::claim_run(std::string_view id,
+                                                  std::string_view executor,
+                                                  bool count_attempt) {
+  return in_transaction([&]() -> std::optional<run_record> {
+    prepare("UPDATE runs SET epoch = epoch + 1, recovery_attempts = "
+            "recovery_attempts + ?3 WHERE id = ?1 AND executor = ?2 AND "
+            "status = 'PENDING'")
+      .bind(1, id)
+      .bind(2, executor)
+      .bind(3, std::int64_t{count_attempt ? 1 : 0})
+      .run();
+    if (sqlite3_changes(db_) != 1)
+      return std::nullopt;
+    return read_run_row(id);
+  });
+}
+
+std::vector<std::string>
+sqlite_store::lost_runs(std::string_view executor,
+                        const std::vector<std::string>& ids,
+                        const std::vector<std::int64_t>& epochs) {
+  return with_retry([&] {
+    std::vector<std::string> lost;
+    for (std::size_t i = 0; i < ids.size() && i < epochs.size(); ++i)
+      if (!fenced_ok(ids[i], {std::string{executor}, epochs[i]}))
+        lost.push_back(ids[i]);
+    return lost;
   });
 }
 
@@ -551,8 +603,44 @@ std::optional<resolution> sqlite_store::get_resolution(std::string_view id) {
   });
 }
 
-void sqlite_store::notify(std::string_view) {
-  // One process: deliveries reach their runs by in-process calls.
+void sqlite_store::notify(std::string_view payload) {
+  // No NOTIFY: another process sharing the file polls this table
+  // (`delivery_listener`). Old notices go now and then.
+  in_transaction([&] {
+    auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
+    prepare("INSERT INTO notices (payload, created_at) VALUES (?1, ?2)")
+      .bind(1, payload)
+      .bind(2, std::int64_t{now})
+      .run();
+    if (sqlite3_last_insert_rowid(db_) % 256 == 0)
+      prepare("DELETE FROM notices WHERE created_at < ?1")
+        .bind(1, std::int64_t{now - 60'000})
+        .run();
+    return 0;
+  });
+}
+
+std::vector<std::pair<std::int64_t, std::string>>
+sqlite_store::notices_after(std::int64_t after) {
+  return with_retry([&] {
+    std::vector<std::pair<std::int64_t, std::string>> result;
+    if (after < 0) {
+      auto& st = prepare("SELECT COALESCE(MAX(id), 0) FROM notices");
+      st.step();
+      result.emplace_back(st.int64(0), std::string{});
+      st.reset();
+      return result;
+    }
+    auto& st = prepare("SELECT id, payload FROM notices WHERE id > ?1 ORDER "
+                       "BY id LIMIT 1000");
+    st.bind(1, after);
+    while (st.step())
+      result.emplace_back(st.int64(0), st.text(1));
+    st.reset();
+    return result;
+  });
 }
 
 std::vector<std::string> sqlite_store::awake_runs(std::string_view executor) {
@@ -605,23 +693,25 @@ std::optional<message> sqlite_store::next_message(std::string_view run_id,
   });
 }
 
-transaction_outcome sqlite_store::record_event(const fence& owner,
-                                               journal_entry checkpoint,
-                                               const std::string& key,
-                                               const std::string& value) {
-  return in_transaction([&] {
+std::optional<journal_entry>
+sqlite_store::record_event(const fence& owner, journal_entry checkpoint,
+                           const std::string& key, const std::string& value) {
+  return in_transaction([&]() -> std::optional<journal_entry> {
     if (!fenced_ok(checkpoint.run_id, owner))
-      return transaction_outcome::fenced; // nothing written: commit is moot
-    if (insert_entry(checkpoint))
-      prepare("INSERT INTO events (run_id, key, value, updated_at) VALUES "
-              "(?1, ?2, ?3, ?4) ON CONFLICT (run_id, key) DO UPDATE SET "
-              "value = excluded.value, updated_at = excluded.updated_at")
-        .bind(1, checkpoint.run_id)
-        .bind(2, key)
-        .bind_blob(3, value)
-        .bind(4, checkpoint.created_at_ms)
-        .run();
-    return transaction_outcome::committed;
+      return std::nullopt; // nothing written: commit is moot
+    if (auto earlier = recorded_entry(checkpoint.run_id, checkpoint.seq))
+      return earlier; // it stands; publish nothing again
+    checkpoint.payload = value;
+    insert_entry(checkpoint);
+    prepare("INSERT INTO events (run_id, key, value, updated_at) VALUES "
+            "(?1, ?2, ?3, ?4) ON CONFLICT (run_id, key) DO UPDATE SET "
+            "value = excluded.value, updated_at = excluded.updated_at")
+      .bind(1, checkpoint.run_id)
+      .bind(2, key)
+      .bind_blob(3, value)
+      .bind(4, checkpoint.created_at_ms)
+      .run();
+    return checkpoint;
   });
 }
 
@@ -682,27 +772,25 @@ sqlite_store::load_journals(const std::vector<std::string>& run_ids) {
                         "ORDER BY seq");
     for (auto& id : run_ids) {
       sel.reset().bind(1, id);
-      while (sel.step()) {
-        journal_entry e;
-        e.run_id = sel.text(0);
-        e.seq = static_cast<std::int32_t>(sel.int64(1));
-        auto kind = parse_entry_kind(sel.text(2));
-        if (!kind)
-          throw perdure::error(errc::store_error,
-                               "journal of run " + e.run_id
-                                 + " has an unknown entry kind");
-        e.kind = *kind;
-        e.name = sel.text(3);
-        e.outcome = static_cast<outcome>(sel.int64(4));
-        e.payload = sel.text(5);
-        e.error = sel.text(6);
-        e.created_at_ms = sel.int64(7);
-        result.push_back(std::move(e));
-      }
+      while (sel.step())
+        result.push_back(read_entry(sel));
     }
     sel.reset();
     return result;
   });
+}
+
+std::optional<journal_entry>
+sqlite_store::recorded_entry(const std::string& run_id, std::int32_t seq) {
+  auto& sel = prepare("SELECT run_id, seq, kind, name, outcome, payload, "
+                      "error, created_at FROM journal WHERE run_id = ?1 AND "
+                      "seq = ?2");
+  sel.bind(1, run_id).bind(2, std::int64_t{seq});
+  if (!sel.step())
+    return std::nullopt;
+  auto e = read_entry(sel);
+  sel.reset();
+  return e;
 }
 
 bool sqlite_store::fenced_ok(const std::string& run_id, const fence& owner) {
@@ -755,19 +843,25 @@ bool sqlite_store::insert_entry(const journal_entry& e) {
 batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
   return in_transaction([&] {
     batch_result result;
+    result.created.reserve(batch.creates.size());
+    for (auto& run : batch.creates)
+      result.created.push_back(insert_run(run));
     result.appends.reserve(batch.appends.size());
-    for (auto& w : batch.appends) {
-      // Under a valid fence only the owner writes, so an index that exists
-      // already is the owner's own earlier write: keep it, report success.
+    for (std::size_t i = 0; i < batch.appends.size(); ++i) {
+      auto& w = batch.appends[i];
       auto ok = fenced_ok(w.entry.run_id, w.owner);
-      if (ok)
-        insert_entry(w.entry);
+      if (ok && !insert_entry(w.entry)) {
+        // The index holds an outcome already: it stands, and is reported.
+        result.recorded.resize(batch.appends.size());
+        result.recorded[i] = recorded_entry(w.entry.run_id, w.entry.seq);
+      }
       result.appends.push_back(ok);
     }
     for (auto& c : batch.completions) {
+      // The same status again is accepted (an in-doubt completion re-sent).
       prepare("UPDATE runs SET status = ?1, output = ?2, error = ?3, "
               "updated_at = ?4 WHERE id = ?5 AND executor = ?6 AND epoch = ?7 "
-              "AND status = 'PENDING'")
+              "AND (status = 'PENDING' OR status = ?1)")
         .bind(1, to_string(c.status))
         .bind_opt_blob(2, c.output)
         .bind_opt(3, c.error)
@@ -785,24 +879,21 @@ batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
   });
 }
 
-transaction_outcome sqlite_store::run_transaction(
+std::optional<journal_entry> sqlite_store::run_transaction(
   const fence& owner, journal_entry checkpoint,
   const std::function<std::string(sql_session&)>& body) {
-  struct rejected {};
-  try {
-    return in_transaction([&] {
-      if (!fenced_ok(checkpoint.run_id, owner))
-        throw rejected{};
-      sqlite_session session{db_};
-      checkpoint.payload = body(session);
-      // A zombie's duplicate index must roll back the user's statements too.
-      if (!insert_entry(checkpoint))
-        throw rejected{};
-      return transaction_outcome::committed;
-    });
-  } catch (const rejected&) {
-    return transaction_outcome::fenced;
-  }
+  return in_transaction([&]() -> std::optional<journal_entry> {
+    if (!fenced_ok(checkpoint.run_id, owner))
+      return std::nullopt; // nothing written: commit is moot
+    // An outcome at this index (an attempt whose commit was in doubt)
+    // stands: the body does not run again.
+    if (auto earlier = recorded_entry(checkpoint.run_id, checkpoint.seq))
+      return earlier;
+    sqlite_session session{db_};
+    checkpoint.payload = body(session);
+    insert_entry(checkpoint); // the write lock is ours: nobody came between
+    return checkpoint;
+  });
 }
 
 } // namespace perdure::persistence

@@ -30,6 +30,14 @@ public:
   int schema_version() override;
   create_result create_run(const run_record& run) override;
   std::vector<bool> create_runs(const std::vector<run_record>& runs) override;
+  std::optional<create_result> create_child(const fence& parent,
+                                            const run_record& child) override;
+  std::optional<run_record> claim_run(std::string_view id,
+                                      std::string_view executor,
+                                      bool count_attempt) override;
+  std::vector<std::string>
+  lost_runs(std::string_view executor, const std::vector<std::string>& ids,
+            const std::vector<std::int64_t>& epochs) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
   std::vector<std::string> cancel_run(std::string_view run_id,
@@ -46,9 +54,10 @@ public:
   std::optional<message> next_message(std::string_view run_id,
                                       std::string_view topic,
                                       std::int64_t after) override;
-  transaction_outcome record_event(const fence& owner, journal_entry checkpoint,
-                                   const std::string& key,
-                                   const std::string& value) override;
+  std::optional<journal_entry> record_event(const fence& owner,
+                                            journal_entry checkpoint,
+                                            const std::string& key,
+                                            const std::string& value) override;
   std::optional<std::string> get_event(std::string_view run_id,
                                        std::string_view key) override;
   std::optional<run_record> get_run(std::string_view id) override;
@@ -57,9 +66,15 @@ public:
   std::vector<journal_entry>
   load_journals(const std::vector<std::string>& run_ids) override;
   batch_result write_batch(const persistence::write_batch& batch) override;
-  transaction_outcome
+  std::optional<journal_entry>
   run_transaction(const fence& owner, journal_entry checkpoint,
                   const std::function<std::string(sql_session&)>& body) override;
+
+  /// Returns the notices (`notify`) with an id above `after`, oldest
+  /// first, as (id, payload); `after` -1: none, only the newest id (a
+  /// listener starts from there).
+  std::vector<std::pair<std::int64_t, std::string>>
+  notices_after(std::int64_t after);
 
 private:
   class statement;
@@ -72,6 +87,10 @@ private:
   auto in_transaction(F&& body);
   bool fenced_ok(const std::string& run_id, const fence& owner);
   bool insert_entry(const journal_entry& entry);
+  std::optional<journal_entry> recorded_entry(const std::string& run_id,
+                                              std::int32_t seq);
+  bool insert_run(const run_record& run);
+  run_record read_run_row(std::string_view id);
   bool mark_delivered(std::string_view run_id, std::int64_t at_ms);
   void mark_parent_delivered(std::string_view run_id, std::int64_t at_ms);
   resolve_result resolve_in(const resolution& r);

@@ -25,14 +25,6 @@ struct store_options {
   std::chrono::milliseconds retry_budget{30'000};
 };
 
-/// How a transactional step's database transaction ended.
-enum class transaction_outcome {
-  /// The user's statements and the checkpoint committed together.
-  committed,
-  /// The fence rejected the checkpoint; everything was rolled back.
-  fenced,
-};
-
 /// The durable state of Perdure: one interface, two real implementations
 /// (PostgreSQL and SQLite), one conformance suite. An instance owns one
 /// connection and is used by one thread at a time. Transient errors are
@@ -62,8 +54,32 @@ public:
   virtual std::vector<bool> create_runs(const std::vector<run_record>& runs)
     = 0;
 
+  /// Creates `child`, a run started by run `child.parent_id` (owned by
+  /// `parent`), in one transaction with the parent's fence check: a process
+  /// that lost the parent creates nothing. Returns nothing if fenced, else
+  /// what `create_run` returns.
+  virtual std::optional<create_result> create_child(const fence& parent,
+                                                    const run_record& child)
+    = 0;
+
   /// Returns the run with id `id`, if any.
   virtual std::optional<run_record> get_run(std::string_view id) = 0;
+
+  /// Takes over PENDING run `id` of `executor` as `claim_pending_runs` does
+  /// for all of them (epoch + 1, so any other copy is fenced; the recovery
+  /// counter + 1 if `count_attempt`). Returns the run as it now is, or
+  /// nothing if it is not a PENDING run of `executor`.
+  virtual std::optional<run_record>
+  claim_run(std::string_view id, std::string_view executor, bool count_attempt)
+    = 0;
+
+  /// Returns those of the runs `ids` (held at `epochs`) that `executor` no
+  /// longer holds at that epoch: another process claimed them, or they
+  /// ended.
+  virtual std::vector<std::string>
+  lost_runs(std::string_view executor, const std::vector<std::string>& ids,
+            const std::vector<std::int64_t>& epochs)
+    = 0;
 
   /// Takes over every PENDING run owned by `executor`: bumps each run's
   /// epoch (fencing out any zombie) and returns the runs as they now are.
@@ -134,11 +150,13 @@ public:
     = 0;
 
   /// Publishes event `key` = `value` of run `checkpoint.run_id` together
-  /// with `checkpoint` (kind `event`), in one transaction, fenced.
-  virtual transaction_outcome record_event(const fence& owner,
-                                           journal_entry checkpoint,
-                                           const std::string& key,
-                                           const std::string& value)
+  /// with `checkpoint` (kind `event`, payload `value`), in one transaction,
+  /// fenced. Returns the checkpoint as recorded (an earlier one at its index
+  /// stands, and publishes nothing), or nothing if fenced.
+  virtual std::optional<journal_entry> record_event(const fence& owner,
+                                                    journal_entry checkpoint,
+                                                    const std::string& key,
+                                                    const std::string& value)
     = 0;
 
   /// Returns the value of event `key` of run `run_id`, if published.
@@ -149,18 +167,25 @@ public:
   // -- journal ----------------------------------------------------------------
 
   /// Returns the journal of every run in `run_ids`, ordered by run and seq.
+  /// A row Perdure cannot have written comes back `outcome::unreadable`
+  /// (see `read_journal_row`) instead of failing the whole load.
   virtual std::vector<journal_entry>
   load_journals(const std::vector<std::string>& run_ids) = 0;
 
-  /// Commits all of `batch` in one transaction, each write fenced. A
-  /// completed run's passivated parent is marked `delivered_while_passivated`
-  /// in the same transaction (it may be waiting for this end).
+  /// Commits all of `batch` in one transaction (creations, appends and
+  /// completions alike), each append and completion fenced. A completed
+  /// run's passivated parent is marked `delivered_while_passivated` in the
+  /// same transaction (it may be waiting for this end). A completion to the
+  /// status the run already has is accepted (an in-doubt one sent again).
   virtual batch_result write_batch(const write_batch& batch) = 0;
 
   /// Runs `body` and then appends `checkpoint` (with the payload `body`
-  /// returned) in one transaction, fenced by `owner`. Exceptions thrown by
-  /// `body` roll back and propagate.
-  virtual transaction_outcome
+  /// returned) in one transaction, fenced by `owner`. If its index holds an
+  /// outcome already (an attempt whose commit was in doubt, or another copy
+  /// of the run), `body` does not run and that outcome is returned: it
+  /// stands. Returns the checkpoint as recorded, or nothing if fenced.
+  /// Exceptions thrown by `body` roll back and propagate.
+  virtual std::optional<journal_entry>
   run_transaction(const fence& owner, journal_entry checkpoint,
                   const std::function<std::string(sql_session&)>& body)
     = 0;

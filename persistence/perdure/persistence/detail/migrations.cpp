@@ -69,6 +69,14 @@ std::vector<migration> sqlite_migrations() {
      {
        "CREATE INDEX runs_delivered ON runs (executor) WHERE wake_at = 0",
      }},
+    {4,
+     "notices between processes sharing the file (SQLite has no NOTIFY)",
+     {
+       "CREATE TABLE notices ("
+       " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+       " payload TEXT NOT NULL,"
+       " created_at INTEGER NOT NULL)",
+     }},
   };
 }
 

@@ -20,12 +20,17 @@ enum class failure_kind {
   retry,
   /// Throw the connection away, open a new one, retry.
   reconnect,
+  /// The database is out of space: run `reconnect` (which may free some,
+  /// e.g. by checkpointing a write-ahead log) and retry; reported as
+  /// `errc::store_full` when the budget is spent.
+  full,
 };
 
 /// Runs `attempt` until it returns, retrying failures that `classify` deems
 /// transient for at most `budget`. `reconnect` runs before retries of kind
 /// `failure_kind::reconnect` (and may itself throw, which counts as another
-/// failed attempt). Throws `errc::store_unavailable` when the budget is spent.
+/// failed attempt). Throws `errc::store_unavailable` (`errc::store_full` if
+/// the last failure was of kind `full`) when the budget is spent.
 template <class Attempt, class Classify, class Reconnect>
 auto with_retry(std::chrono::milliseconds budget, Attempt&& attempt,
                 Classify&& classify, Reconnect&& reconnect) {
@@ -34,6 +39,7 @@ auto with_retry(std::chrono::milliseconds budget, Attempt&& attempt,
   auto delay = std::chrono::milliseconds{2};
   thread_local std::minstd_rand rng{std::random_device{}()};
   bool need_reconnect = false;
+  auto last = failure_kind::retry;
   for (;;) {
     try {
       if (need_reconnect) {
@@ -46,6 +52,8 @@ auto with_retry(std::chrono::milliseconds budget, Attempt&& attempt,
                                  : classify(std::current_exception());
       if (kind == failure_kind::permanent)
         throw;
+      if (!need_reconnect)
+        last = kind;
       if (clock::now() >= deadline) {
         std::string what = "unknown error";
         try {
@@ -54,10 +62,14 @@ auto with_retry(std::chrono::milliseconds budget, Attempt&& attempt,
           what = ex.what();
         } catch (...) {
         }
+        if (last == failure_kind::full)
+          throw perdure::error(errc::store_full,
+                               "database full after retrying: " + what);
         throw perdure::error(errc::store_unavailable,
                              "database unavailable after retrying: " + what);
       }
-      need_reconnect = kind == failure_kind::reconnect;
+      need_reconnect = kind == failure_kind::reconnect
+                       || kind == failure_kind::full;
       std::uniform_int_distribution<long> jitter{0, delay.count()};
       std::this_thread::sleep_for(std::chrono::milliseconds{jitter(rng)} + delay / 2);
       delay = std::min(delay * 2, std::chrono::milliseconds{500});
