@@ -728,12 +728,13 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   detail::runtime_impl::client_call call{*impl_};
   // Through the group-commit writer: starts from many threads share a
   // commit. Durable first, then delivered: the run exists before its actor.
-  std::promise<persistence::write_ack> created;
-  auto ack = created.get_future();
+  std::promise<persistence::write_result> created;
+  auto written = created.get_future();
   impl_->writer->create(run, [&created](persistence::write_result r) {
-    created.set_value(r.ack);
+    created.set_value(std::move(r));
   });
-  switch (ack.get()) {
+  auto result = written.get();
+  switch (result.ack) {
     case persistence::write_ack::committed:
       if (run.deadline_ms)
         impl_->timers->schedule(
@@ -745,8 +746,12 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
       // The commit may have happened all the same: if the run exists, it
       // runs (housekeeping finds it); a start with this id returns it.
       impl_->orphaned(run.id);
-      throw error(errc::store_unavailable,
-                  "could not record the start of workflow '" + run.id + "'");
+      throw error(result.error == errc::store_full ? errc::store_full
+                                                   : errc::store_unavailable,
+                  "could not record the start of workflow '" + run.id
+                    + "': the database is "
+                    + (result.error == errc::store_full ? "full"
+                                                        : "unavailable"));
     case persistence::write_ack::rejected:
       break;
   }

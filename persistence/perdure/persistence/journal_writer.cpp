@@ -96,7 +96,8 @@ void journal_writer::run(store& db) {
       }
     }
     bool unavailable = false;
-    auto results = commit(db, batch, slots, unavailable);
+    auto error = errc::none;
+    auto results = commit(db, batch, slots, unavailable, error);
     if (!results && !unavailable && taken.size() > 1) {
       // The database refused the batch (not merely unreachable): one bad
       // write must not fail the others, so commit them one by one.
@@ -110,13 +111,13 @@ void journal_writer::run(store& db) {
           single.appends.push_back(batch.appends[idx]);
         else
           single.completions.push_back(batch.completions[idx]);
-        auto one = commit(db, single, {{k, 0}}, unavailable);
+        auto one = commit(db, single, {{k, 0}}, unavailable, error);
         results->push_back(one ? std::move(one->front())
-                               : write_result{write_ack::failed, {}});
+                               : write_result{write_ack::failed, {}, error});
       }
     }
     if (!results)
-      results.emplace(taken.size(), write_result{write_ack::failed, {}});
+      results.emplace(taken.size(), write_result{write_ack::failed, {}, error});
     for (std::size_t i = 0; i < taken.size(); ++i)
       if (taken[i].done)
         taken[i].done(std::move((*results)[i]));
@@ -126,7 +127,8 @@ void journal_writer::run(store& db) {
 
 std::optional<std::vector<write_result>>
 journal_writer::commit(store& db, const write_batch& batch,
-                       const std::vector<slot>& slots, bool& unavailable) {
+                       const std::vector<slot>& slots, bool& unavailable,
+                       errc& error) {
   try {
     auto result = db.write_batch(batch);
     std::vector<write_result> results;
@@ -156,11 +158,13 @@ journal_writer::commit(store& db, const write_batch& batch,
     ++batches_;
     return results;
   } catch (const perdure::error& ex) {
+    error = ex.code();
     unavailable = ex.code() == errc::store_unavailable
                   || ex.code() == errc::store_full;
     spdlog::error("perdure: journal batch of {} writes failed: {}",
                   slots.size(), ex.what());
   } catch (const std::exception& ex) {
+    error = errc::store_error;
     spdlog::error("perdure: journal batch of {} writes failed: {}",
                   slots.size(), ex.what());
   }

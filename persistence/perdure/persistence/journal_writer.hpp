@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "perdure/error.hpp"
 #include "perdure/persistence/records.hpp"
 #include "perdure/persistence/store.hpp"
 
@@ -35,6 +36,8 @@ struct write_result {
   write_ack ack = write_ack::committed;
   /// With `superseded`: the entry stored at the index, which stands.
   std::optional<journal_entry> recorded;
+  /// With `failed`: why (`store_unavailable`, `store_full`, `store_error`).
+  errc error = errc::none;
 };
 
 /// The group-commit writer: every run creation, journal append and run
@@ -105,7 +108,7 @@ private:
   /// no room: then one write alone fails as well).
   std::optional<std::vector<write_result>>
   commit(store& db, const write_batch& batch, const std::vector<slot>& slots,
-         bool& unavailable);
+         bool& unavailable, errc& error);
 
   std::vector<std::unique_ptr<store>> connections_;
   options opts_;

@@ -284,12 +284,13 @@ run_record read_run(Statement& st) {
 template <class F>
 auto sqlite_store::with_retry(F&& attempt) {
   try {
-    // Out of space: move what the write-ahead log holds into the database
-    // and truncate the log, which frees the disk the log took (it would
-    // otherwise keep its size and refill a small disk by itself).
+    // Out of space: try to move what the write-ahead log holds into the
+    // database and truncate the log (which only works once the database
+    // file has room to grow); the first commit after the disk filled
+    // truncates it in any case (see in_transaction).
     return detail::with_retry(retry_budget_, attempt, classify, [this] {
-      sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE,
-                                nullptr, nullptr);
+      was_full_ = true;
+      truncate_log();
     });
   } catch (const sqlite_failure& ex) {
     throw perdure::error(errc::store_error, ex.what());
@@ -304,6 +305,8 @@ auto sqlite_store::in_transaction(F&& body) {
     try {
       auto result = body();
       exec("COMMIT");
+      if (was_full_ && truncate_log())
+        was_full_ = false;
       return result;
     } catch (...) {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -335,6 +338,14 @@ sqlite_store::sqlite_store(std::string path,
     exec("PRAGMA journal_size_limit=4194304");
     return 0;
   });
+}
+
+bool sqlite_store::truncate_log() {
+  // A log left at the size it reached while the disk filled would keep that
+  // space for good: give it back to the filesystem.
+  return sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE,
+                                   nullptr, nullptr)
+         == SQLITE_OK;
 }
 
 sqlite_store::~sqlite_store() {

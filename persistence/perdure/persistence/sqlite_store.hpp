@@ -96,8 +96,13 @@ private:
   resolve_result resolve_in(const resolution& r);
   bool send_in(const outgoing_message& m);
 
+  /// Checkpoints the write-ahead log and truncates it; true if it did.
+  bool truncate_log();
+
   std::string path_;
   std::chrono::milliseconds retry_budget_;
+  /// The disk filled since the log was last truncated.
+  bool was_full_ = false;
   sqlite3* db_ = nullptr;
   std::map<std::string, std::unique_ptr<statement>> statements_;
 };

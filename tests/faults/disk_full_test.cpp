@@ -1,0 +1,200 @@
+// A full disk under the embedded SQLite store: a small filesystem of the
+// test's own (tmpfs) filled up while runs write. What users rely on: a
+// distinct error (`store_full`) for a start that cannot be recorded, no
+// crash, runs that wait and then finish by themselves once there is room
+// (no process restart), and a write-ahead log that gives its space back.
+
+#include <gtest/gtest.h>
+
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "perdure/perdure.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A tmpfs of `megabytes` mounted on a fresh directory; unmounted after.
+class small_disk {
+public:
+  explicit small_disk(int megabytes) {
+    char tmpl[] = "/tmp/perdure-full.XXXXXX";
+    if (mkdtemp(tmpl) == nullptr)
+      return;
+    dir_ = tmpl;
+    auto opts = "size=" + std::to_string(megabytes) + "m";
+    mounted_ = ::mount("tmpfs", dir_.c_str(), "tmpfs", 0, opts.c_str()) == 0;
+  }
+
+  ~small_disk() {
+    if (mounted_)
+      ::umount2(dir_.c_str(), MNT_DETACH);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  bool mounted() const {
+    return mounted_;
+  }
+
+  std::filesystem::path dir() const {
+    return dir_;
+  }
+
+  /// Fills the disk up with a file; returns its path.
+  std::filesystem::path fill() {
+    auto path = dir() / "filler";
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    std::string chunk(64 * 1024, 'x');
+    while (std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size()) {
+    }
+    std::string byte(1, 'x');
+    while (std::fwrite(byte.data(), 1, 1, f) == 1 && std::fflush(f) == 0) {
+    }
+    std::fclose(f);
+    return path;
+  }
+
+private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+class disk_full_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (test::store_under_test() != "sqlite")
+      GTEST_SKIP() << "PostgreSQL's disk is its server's (see outage_test)";
+    disk_ = std::make_unique<small_disk>(8);
+    if (!disk_->mounted())
+      GTEST_SKIP() << "cannot mount a small tmpfs here (needs root, as "
+                      "scripts/test runs)";
+    db_.url = "sqlite://" + (disk_->dir() / "full.db").string();
+    auto cfg = db_.runtime_config();
+    cfg.db_retry_budget = 300ms;
+    cfg.orphan_retry = 100ms;
+    rt_ = std::make_unique<runtime>(cfg);
+    rt_->register_workflow("writer", [](workflow_context& ctx,
+                                        int n) -> task<long> {
+      long total = 0;
+      for (int i = 0; i < 40; ++i) {
+        auto bytes = co_await ctx.step("s" + std::to_string(i), [&] {
+          std::this_thread::sleep_for(2ms);
+          return std::string(4096, static_cast<char>('a' + n % 26));
+        });
+        total += static_cast<long>(bytes.size());
+      }
+      co_return total + n;
+    });
+    rt_->start();
+  }
+
+  void TearDown() override {
+    if (rt_)
+      rt_->stop();
+  }
+
+  static long expected(int n) {
+    return 40 * 4096 + n;
+  }
+
+  /// Expects a start to fail with `store_full`.
+  void expect_full() {
+    try {
+      rt_->start_workflow<long>("writer", 99);
+      FAIL() << "a start was acknowledged on a full disk";
+    } catch (const perdure::error& ex) {
+      EXPECT_EQ(ex.code(), errc::store_full) << ex.what();
+    }
+  }
+
+  std::uintmax_t wal_size() const {
+    auto wal = disk_->dir() / "full.db-wal";
+    return std::filesystem::exists(wal) ? std::filesystem::file_size(wal) : 0;
+  }
+
+  std::unique_ptr<small_disk> disk_;
+  test::database db_;
+  std::unique_ptr<runtime> rt_;
+};
+
+TEST_F(disk_full_test, runs_wait_for_room_and_then_finish_by_themselves) {
+  constexpr int runs = 10;
+  std::vector<workflow_handle<long>> handles;
+  for (int n = 0; n < runs; ++n)
+    handles.push_back(rt_->start_workflow<long>("writer", n));
+  std::this_thread::sleep_for(50ms);
+  auto filler = disk_->fill();
+  expect_full();
+  std::this_thread::sleep_for(1s);
+  int pending = 0;
+  for (auto& h : handles)
+    pending += h.status() == run_status::pending ? 1 : 0;
+  EXPECT_GT(pending, 0) << "the disk filled up after every run had finished";
+  std::filesystem::remove(filler);
+  for (int n = 0; n < runs; ++n)
+    EXPECT_EQ(handles[static_cast<size_t>(n)].get(30s), expected(n));
+  EXPECT_EQ(rt_->start_workflow<long>("writer", 7).get(30s), expected(7));
+}
+
+TEST_F(disk_full_test, the_log_gives_back_the_space_it_took_once_room_returns) {
+  // At the store, with no other writer: the log grows into the last free
+  // space, the disk is full, room returns, and the next commit truncates
+  // the log instead of keeping its size for good.
+  rt_->stop();
+  rt_.reset();
+  auto store = persistence::open_store(
+    {.url = db_.url, .schema = "", .retry_budget = 200ms});
+  store->migrate();
+  persistence::run_record run;
+  run.id = "r";
+  run.name = "writer";
+  run.owner = {"local", 1};
+  ASSERT_TRUE(store->create_run(run).created);
+  auto filler = disk_->fill();
+  std::filesystem::resize_file(filler, std::filesystem::file_size(filler)
+                                         - 1024 * 1024); // 1 MiB left
+  int seq = 0;
+  auto batch = [&](int appends) {
+    persistence::write_batch b;
+    for (int i = 0; i < appends; ++i) {
+      persistence::append_write w;
+      w.owner = run.owner;
+      w.entry.run_id = "r";
+      w.entry.seq = seq++;
+      w.entry.name = "s";
+      w.entry.payload = std::string(4096, 'x');
+      b.appends.push_back(std::move(w));
+    }
+    return store->write_batch(b);
+  };
+  bool full = false;
+  for (int i = 0; i < 100 && !full; ++i) {
+    try {
+      batch(20);
+    } catch (const perdure::error& ex) {
+      EXPECT_EQ(ex.code(), errc::store_full) << ex.what();
+      full = true;
+    }
+  }
+  ASSERT_TRUE(full) << "1 MiB never filled up";
+  auto when_full = wal_size();
+  std::filesystem::remove(filler);
+  EXPECT_TRUE(batch(1).appends.at(0));
+  auto after = wal_size();
+  std::cout << "[ measured ] WAL when the disk was full: " << when_full
+            << " bytes; after the next commit: " << after << " bytes\n";
+  EXPECT_GT(when_full, 512u * 1024);
+  EXPECT_LT(after, 64u * 1024) << "the log kept the size it had when full";
+}
+
+} // namespace

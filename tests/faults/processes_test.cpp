@@ -1,0 +1,223 @@
+// Several runtimes on one database: two with the same executor id (a
+// misconfiguration, or a stalled process whose successor started), and a
+// helper with an id of its own delivering to the owner's runs. Two runtimes
+// in one test process share nothing but the database: each has its own
+// connections, listener and actor system, as two processes would.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "perdure/perdure.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+template <class P>
+bool eventually(P pred, std::chrono::milliseconds limit = 20s) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+/// A step body that started: which runtime, when (wall clock ms).
+struct body_start {
+  std::string runtime;
+  std::string run;
+  int seq;
+  std::int64_t at;
+};
+
+class processes_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+  }
+
+  std::unique_ptr<runtime> stepper(const std::string& tag,
+                                   const std::string& executor) {
+    auto cfg = db_.runtime_config(executor);
+    cfg.step_threads = 2; // steps queue up: the window item 11 is about
+    auto rt = std::make_unique<runtime>(cfg);
+    rt->register_workflow("stepper", [this, tag](workflow_context& ctx,
+                                                 int n) -> task<int> {
+      int total = 0;
+      for (int i = 0; i < 8; ++i)
+        total += co_await ctx.step("s" + std::to_string(i), [&, i] {
+          {
+            std::lock_guard guard{mtx_};
+            starts_.push_back({tag, ctx.workflow_id(), i, wall_ms()});
+          }
+          std::this_thread::sleep_for(20ms);
+          return i + n;
+        });
+      co_return total;
+    });
+    return rt;
+  }
+
+  test::database db_;
+  std::mutex mtx_;
+  std::vector<body_start> starts_;
+};
+
+TEST_F(processes_test, a_process_that_lost_its_runs_runs_none_of_their_steps) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "SQLite serves one runtime per executor and file";
+  auto a = stepper("a", "shared");
+  a->start();
+  constexpr int runs = 20;
+  for (int n = 0; n < runs; ++n)
+    a->start_workflow<int>("stepper", n, {.id = "w" + std::to_string(n)});
+  std::this_thread::sleep_for(300ms);
+  auto b = stepper("b", "shared");
+  b->start(); // claims every PENDING run of "shared", a's included
+  auto claimed = wall_ms();
+  // A delivery reaching a's runtime later must not revive a run there.
+  std::this_thread::sleep_for(100ms);
+  for (int n = 0; n < runs; ++n)
+    a->send("w" + std::to_string(n), "noise", 1);
+  for (int n = 0; n < runs; ++n)
+    EXPECT_EQ(b->retrieve_workflow<int>("w" + std::to_string(n)).get(30s),
+              28 + 8 * n);
+  test::sql_client sql{db_};
+  std::map<std::pair<std::string, int>, std::int64_t> checkpointed;
+  for (auto& row : sql.exec("SELECT run_id, seq, created_at FROM "
+                            + sql.table("journal"))
+                     .rows)
+    checkpointed[{*row[0], std::stoi(*row[1])}] = std::stoll(*row[2]);
+  std::lock_guard guard{mtx_};
+  int late = 0;
+  for (auto& s : starts_) {
+    if (s.runtime != "a")
+      continue;
+    auto cp = checkpointed.find({s.run, s.seq});
+    ASSERT_NE(cp, checkpointed.end());
+    EXPECT_LE(s.at, cp->second)
+      << s.run << " step " << s.seq << " ran in the fenced process after the "
+      << "new owner had checkpointed it";
+    if (s.at > claimed + 250)
+      ++late;
+  }
+  EXPECT_EQ(late, 0) << "step bodies ran in the fenced process more than "
+                        "250 ms after the claim";
+  b->stop();
+  a->stop();
+}
+
+/// Waits on an awakeable; passivated after `passivate_after`.
+std::unique_ptr<runtime> waiter_runtime(const test::database& db,
+                                        std::chrono::milliseconds passivate) {
+  auto cfg = db.runtime_config("owner");
+  cfg.passivate_after = passivate;
+  auto rt = std::make_unique<runtime>(cfg);
+  rt->register_workflow("waiter", [](workflow_context& ctx) -> task<int> {
+    auto a = co_await ctx.awakeable<int>();
+    co_return co_await a;
+  });
+  return rt;
+}
+
+/// Resolves run `id`'s awakeable from a runtime with an executor id of its
+/// own, as a helper process (web handler, CLI) does.
+void resolve_elsewhere(const test::database& db, int runs) {
+  runtime helper{db.runtime_config("helper")};
+  helper.start();
+  for (int n = 0; n < runs; ++n)
+    helper.resolve_awakeable("awk_0_w" + std::to_string(n), n);
+  helper.stop();
+}
+
+TEST_F(processes_test, another_process_resolving_reaches_passivated_runs) {
+  auto owner = waiter_runtime(db_, 100ms);
+  owner->start();
+  constexpr int runs = 30;
+  for (int n = 0; n < runs; ++n)
+    owner->start_workflow<int>("waiter", {.id = "w" + std::to_string(n)});
+  test::sql_client sql{db_};
+  ASSERT_TRUE(eventually([&] {
+    return sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                      + " WHERE wake_at IS NOT NULL")
+           == std::to_string(runs);
+  })) << "the runs passivate";
+  auto before = std::chrono::steady_clock::now();
+  resolve_elsewhere(db_, runs);
+  for (int n = 0; n < runs; ++n)
+    EXPECT_EQ(owner->retrieve_workflow<int>("w" + std::to_string(n)).get(10s),
+              n);
+  auto took = std::chrono::steady_clock::now() - before;
+  std::cout << "[ measured ] " << runs << " passivated runs resolved by "
+            << "another process finished in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+            << " ms\n";
+  EXPECT_LT(took, 3s);
+}
+
+TEST_F(processes_test, another_process_resolving_reaches_runs_in_memory) {
+  auto owner = waiter_runtime(db_, 60s); // never passivated here
+  owner->start();
+  constexpr int runs = 10;
+  for (int n = 0; n < runs; ++n)
+    owner->start_workflow<int>("waiter", {.id = "w" + std::to_string(n)});
+  test::sql_client sql{db_};
+  ASSERT_TRUE(eventually([&] {
+    return sql.scalar("SELECT COUNT(*) FROM " + sql.table("journal"))
+           == std::to_string(runs);
+  }));
+  auto before = std::chrono::steady_clock::now();
+  resolve_elsewhere(db_, runs);
+  for (int n = 0; n < runs; ++n)
+    EXPECT_EQ(owner->retrieve_workflow<int>("w" + std::to_string(n)).get(10s),
+              n);
+  auto took = std::chrono::steady_clock::now() - before;
+  std::cout << "[ measured ] " << runs << " runs in memory resolved by "
+            << "another process finished in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+            << " ms\n";
+  EXPECT_LT(took, 3s) << "not at the passivation threshold (60 s here)";
+}
+
+TEST_F(processes_test, a_failing_transactional_step_keeps_its_pooled_connection) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "counts PostgreSQL backends";
+  auto cfg = db_.runtime_config();
+  cfg.pooled_connections = 2;
+  runtime rt{cfg};
+  std::mutex mtx;
+  std::set<std::string> backends;
+  rt.register_workflow("refuser", [&](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.transaction("refuse", [&](sql_session& s) -> int {
+      auto pid = s.exec_params("SELECT pg_backend_pid()").rows.at(0).at(0).value();
+      {
+        std::lock_guard guard{mtx};
+        backends.insert(pid);
+      }
+      throw terminal_error("no");
+    });
+  });
+  rt.start();
+  for (int i = 0; i < 20; ++i)
+    EXPECT_THROW(rt.start_workflow<int>("refuser").get(10s), perdure::error);
+  std::lock_guard guard{mtx};
+  EXPECT_LE(backends.size(), 2u)
+    << "a user's error closed the pooled connection it ran on";
+}
+
+} // namespace
