@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -188,4 +190,23 @@ TEST_F(journal_writer_test, a_write_the_database_refuses_fails_alone) {
     EXPECT_EQ(got[static_cast<size_t>(r)], write_ack::committed) << r;
     EXPECT_EQ(control_->load_journals({"run-" + std::to_string(r)}).size(), 1u);
   }
+}
+
+TEST_F(journal_writer_test, a_write_to_an_index_holding_another_outcome_is_superseded) {
+  create_runs(1);
+  journal_writer writer{open_store(db_.store_options())};
+  auto write = [&](append_write w) {
+    std::promise<write_result> done;
+    writer.append(std::move(w), [&](write_result r) { done.set_value(r); });
+    return done.get_future().get();
+  };
+  EXPECT_EQ(write(entry(0, 0)).ack, write_ack::committed);
+  EXPECT_EQ(write(entry(0, 0)).ack, write_ack::committed)
+    << "the same write again (its commit was in doubt)";
+  auto other = entry(0, 0);
+  other.entry.payload = "something else";
+  auto r = write(other);
+  EXPECT_EQ(r.ack, write_ack::superseded);
+  ASSERT_TRUE(r.recorded);
+  EXPECT_EQ(r.recorded->payload, "0") << "what is stored stands";
 }

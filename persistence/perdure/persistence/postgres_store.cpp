@@ -447,8 +447,8 @@ void postgres_store::connect() {
                  "unnest($1::text[], $2::int[]))");
   c->prepare("claim_run",
              "UPDATE " + s
-               + "runs SET epoch = epoch + 1, recovery_attempts = "
-                 "recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
+               + "runs SET epoch = epoch + 1, wake_at = NULL, recovery_attempts "
+                 "= recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
                  "status = 'PENDING' RETURNING "
                + run_columns);
   c->prepare("lost_runs",

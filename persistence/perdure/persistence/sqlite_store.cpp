@@ -472,8 +472,8 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
                                                   std::string_view executor,
                                                   bool count_attempt) {
   return in_transaction([&]() -> std::optional<run_record> {
-    prepare("UPDATE runs SET epoch = epoch + 1, recovery_attempts = "
-            "recovery_attempts + ?3 WHERE id = ?1 AND executor = ?2 AND "
+    prepare("UPDATE runs SET epoch = epoch + 1, wake_at = NULL, "
+            "recovery_attempts = recovery_attempts + ?3 WHERE id = ?1 AND executor = ?2 AND "
             "status = 'PENDING'")
       .bind(1, id)
       .bind(2, executor)

@@ -67,8 +67,9 @@ public:
 
   /// Takes over PENDING run `id` of `executor` as `claim_pending_runs` does
   /// for all of them (epoch + 1, so any other copy is fenced; the recovery
-  /// counter + 1 if `count_attempt`). Returns the run as it now is, or
-  /// nothing if it is not a PENDING run of `executor`.
+  /// counter + 1 if `count_attempt`), to bring it into memory: its wake-up
+  /// time is cleared. Returns the run as it now is, or nothing if it is not
+  /// a PENDING run of `executor`.
   virtual std::optional<run_record>
   claim_run(std::string_view id, std::string_view executor, bool count_attempt)
     = 0;

@@ -1,0 +1,216 @@
+// One behaviour per question, on both stores: what an index that holds an
+// outcome already means, that a batch is one transaction, re-sent
+// completions, fenced child creation, claims, and rows Perdure cannot have
+// written.
+
+#include <gtest/gtest.h>
+
+#include "conformance/store_fixture.hpp"
+#include "perdure/error.hpp"
+
+using namespace perdure;
+using namespace perdure::persistence;
+using perdure::test::store_test;
+
+namespace {
+
+bool postgres() {
+  return test::store_under_test() == "postgres";
+}
+
+/// Makes every journal insert named 'boom' fail, as a refusing database
+/// would.
+void refuse_booms(test::sql_client& sql) {
+  if (postgres()) {
+    sql.exec("CREATE FUNCTION " + sql.table("boom")
+             + "() RETURNS trigger AS $$ BEGIN IF NEW.name = 'boom' THEN "
+               "RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$ LANGUAGE "
+               "plpgsql");
+    sql.exec("CREATE TRIGGER boom BEFORE INSERT ON " + sql.table("journal")
+             + " FOR EACH ROW EXECUTE FUNCTION " + sql.table("boom") + "()");
+  } else {
+    sql.exec("CREATE TRIGGER boom BEFORE INSERT ON journal WHEN NEW.name = "
+             "'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END");
+  }
+}
+
+} // namespace
+
+TEST_F(store_test, an_append_to_an_index_holding_an_outcome_reports_that_outcome) {
+  store_->create_run(make_run("r"));
+  fence f{"exec-a", 1};
+  auto first = store_->write_batch({.appends = {append("r", 0, f, "first")}});
+  EXPECT_TRUE(first.appends.at(0));
+  EXPECT_TRUE(first.recorded.empty() || !first.recorded.at(0));
+  auto again = store_->write_batch({.appends = {append("r", 0, f, "second")}});
+  EXPECT_TRUE(again.appends.at(0));
+  ASSERT_EQ(again.recorded.size(), 1u);
+  ASSERT_TRUE(again.recorded[0]);
+  EXPECT_EQ(again.recorded[0]->payload, "first");
+  EXPECT_EQ(store_->load_journals({"r"}).at(0).payload, "first");
+}
+
+TEST_F(store_test, a_large_batch_reports_an_index_holding_an_outcome_too) {
+  // 40 appends: PostgreSQL's COPY path, which falls back on a conflict.
+  store_->create_run(make_run("r"));
+  fence f{"exec-a", 1};
+  store_->write_batch({.appends = {append("r", 7, f, "first")}});
+  write_batch batch;
+  for (int i = 0; i < 40; ++i)
+    batch.appends.push_back(append("r", i, f, "v" + std::to_string(i)));
+  auto result = store_->write_batch(batch);
+  ASSERT_EQ(result.recorded.size(), 40u);
+  ASSERT_TRUE(result.recorded[7]);
+  EXPECT_EQ(result.recorded[7]->payload, "first");
+  EXPECT_EQ(store_->load_journals({"r"}).size(), 40u);
+}
+
+TEST_F(store_test, a_batch_commits_its_creations_with_its_other_writes_or_none) {
+  test::sql_client sql{db_};
+  refuse_booms(sql);
+  store_->create_run(make_run("r"));
+  for (int appends : {1, 40}) { // one statement; COPY on PostgreSQL
+    auto id = "new-" + std::to_string(appends);
+    write_batch batch;
+    batch.creates.push_back(make_run(id));
+    for (int i = 0; i < appends; ++i) {
+      auto w = append("r", 100 * appends + i, {"exec-a", 1});
+      if (i == appends - 1)
+        w.entry.name = "boom";
+      batch.appends.push_back(std::move(w));
+    }
+    EXPECT_ANY_THROW(store_->write_batch(batch));
+    EXPECT_FALSE(store_->get_run(id))
+      << "a run created by a batch that failed (" << appends << " appends)";
+  }
+  auto ok = store_->write_batch({.creates = {make_run("fine")},
+                                 .appends = {append("r", 0, {"exec-a", 1})}});
+  EXPECT_EQ(ok.created, std::vector<bool>{true});
+  EXPECT_TRUE(store_->get_run("fine"));
+}
+
+TEST_F(store_test, a_resent_completion_is_accepted_and_another_status_is_not) {
+  store_->create_run(make_run("r"));
+  completion_write c{.run_id = "r",
+                     .owner = {"exec-a", 1},
+                     .status = run_status::success,
+                     .output = std::string{"out"},
+                     .error = std::nullopt,
+                     .at_ms = 5};
+  EXPECT_TRUE(store_->write_batch({.completions = {c}}).completions.at(0));
+  EXPECT_TRUE(store_->write_batch({.completions = {c}}).completions.at(0))
+    << "the same completion again (its commit was in doubt)";
+  c.status = run_status::error;
+  EXPECT_FALSE(store_->write_batch({.completions = {c}}).completions.at(0));
+  EXPECT_EQ(store_->get_run("r")->status, run_status::success);
+}
+
+TEST_F(store_test, a_transaction_at_an_index_holding_an_outcome_does_not_run) {
+  test::sql_client sql{db_};
+  create_accounts(sql);
+  store_->create_run(make_run("t"));
+  journal_entry cp{.run_id = "t", .seq = 0, .kind = entry_kind::transaction,
+                   .name = "open"};
+  int ran = 0;
+  auto body = [&](sql_session& s) {
+    ++ran;
+    s.exec_params("INSERT INTO " + sql.table("accounts")
+                    + " (id, balance) VALUES ($1, $2)",
+                  "alice" + std::to_string(ran), 1);
+    return "attempt " + std::to_string(ran);
+  };
+  auto first = store_->run_transaction({"exec-a", 1}, cp, body);
+  auto second = store_->run_transaction({"exec-a", 1}, cp, body);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(second->payload, "attempt 1") << "the recorded outcome stands";
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("accounts")), "1");
+  // A failure recorded there (by the writer, say) stands just the same.
+  store_->create_run(make_run("u"));
+  auto failed = append("u", 0, {"exec-a", 1});
+  failed.entry.kind = entry_kind::transaction;
+  failed.entry.outcome = outcome::failed;
+  failed.entry.error = "gave up";
+  store_->write_batch({.appends = {failed}});
+  cp.run_id = "u";
+  auto recorded = store_->run_transaction({"exec-a", 1}, cp, body);
+  ASSERT_TRUE(recorded);
+  EXPECT_EQ(recorded->outcome, outcome::failed);
+  EXPECT_EQ(recorded->error, "gave up");
+  EXPECT_EQ(ran, 1);
+}
+
+TEST_F(store_test, an_event_is_journaled_with_its_value_once) {
+  store_->create_run(make_run("r"));
+  journal_entry cp{.run_id = "r", .seq = 0, .kind = entry_kind::event,
+                   .name = "status"};
+  auto first = store_->record_event({"exec-a", 1}, cp, "status", "shipped");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(store_->load_journals({"r"}).at(0).payload, "shipped");
+  auto again = store_->record_event({"exec-a", 1}, cp, "status", "lost");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->payload, "shipped") << "the first record stands";
+  EXPECT_EQ(store_->get_event("r", "status"), "shipped");
+  EXPECT_FALSE(store_->record_event({"exec-a", 9}, cp, "status", "x"))
+    << "fenced";
+}
+
+TEST_F(store_test, a_child_is_not_created_under_a_stale_parent_fence) {
+  store_->create_run(make_run("parent"));
+  auto child = make_run("parent.1");
+  child.parent_id = "parent";
+  EXPECT_FALSE(store_->create_child({"exec-a", 2}, child));
+  EXPECT_FALSE(store_->get_run("parent.1")) << "created outside the fence";
+  auto created = store_->create_child({"exec-a", 1}, child);
+  ASSERT_TRUE(created);
+  EXPECT_TRUE(created->created);
+  auto again = store_->create_child({"exec-a", 1}, child);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->run.parent_id, "parent");
+}
+
+TEST_F(store_test, claiming_a_run_fences_other_copies_and_wakes_it) {
+  store_->create_run(make_run("r"));
+  ASSERT_TRUE(store_->set_wake_at({"exec-a", 1}, "r", 5000));
+  EXPECT_FALSE(store_->claim_run("r", "exec-b", true)) << "not its run";
+  auto claimed = store_->claim_run("r", "exec-a", true);
+  ASSERT_TRUE(claimed);
+  EXPECT_EQ(claimed->owner.epoch, 2);
+  EXPECT_EQ(claimed->recovery_attempts, 1);
+  EXPECT_FALSE(claimed->wake_at_ms) << "claimed into memory";
+  EXPECT_FALSE(store_->write_batch({.appends = {append("r", 0, {"exec-a", 1})}})
+                 .appends.at(0))
+    << "the copy at the old epoch is fenced";
+  EXPECT_EQ(store_->claim_run("r", "exec-a", false)->recovery_attempts, 1);
+  EXPECT_EQ(store_->lost_runs("exec-a", {"r", "r"}, {3, 1}),
+            std::vector<std::string>{"r"});
+  store_->cancel_run("r", 10);
+  EXPECT_FALSE(store_->claim_run("r", "exec-a", false)) << "ended";
+}
+
+TEST_F(store_test, a_row_perdure_cannot_have_written_comes_back_unreadable) {
+  store_->create_run(make_run("r"));
+  store_->write_batch({.appends = {append("r", 0, {"exec-a", 1})}});
+  test::sql_client sql{db_};
+  auto insert = "INSERT INTO " + sql.table("journal")
+                + " (run_id, seq, kind, name, outcome, payload, error, "
+                  "created_at) VALUES ('r', $1, $2, 'x', $3, NULL, NULL, 0)";
+  sql.exec(insert, {std::int64_t{1}, std::string{"bogus"}, std::int64_t{0}});
+  sql.exec(insert, {std::int64_t{2}, std::string{"step"}, std::int64_t{77}});
+  sql.exec(insert, {std::int64_t{3}, std::string{"sleep"}, std::int64_t{0}});
+  sql.exec(insert, {std::int64_t{4}, std::string{"await"}, std::int64_t{0}});
+  auto j = store_->load_journals({"r"});
+  ASSERT_EQ(j.size(), 5u);
+  EXPECT_EQ(j[0].outcome, outcome::value);
+  const char* why[] = {"unknown kind 'bogus'", "unknown outcome 77",
+                       "malformed wake-up time", "malformed wait outcome"};
+  for (int i = 1; i < 5; ++i) {
+    EXPECT_EQ(j[i].outcome, outcome::unreadable) << i;
+    EXPECT_NE(j[i].error.find("journal row (run 'r', seq " + std::to_string(i)
+                              + ")"),
+              std::string::npos)
+      << j[i].error;
+    EXPECT_NE(j[i].error.find(why[i - 1]), std::string::npos) << j[i].error;
+  }
+}
