@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -94,8 +95,14 @@ protected:
                                                  {.id = "r" + std::to_string(n)}));
     std::this_thread::sleep_for(150ms); // steps under way
     fault();
+    auto back = std::chrono::steady_clock::now();
     for (int n = 0; n < runs; ++n)
       EXPECT_EQ(handles[static_cast<size_t>(n)].get(60s), expected(n)) << n;
+    std::cout << "[ measured ] all " << runs << " runs ended "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - back)
+                   .count()
+              << " ms after the fault was over\n";
     test::sql_client sql{db_};
     EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("tx_rows")),
               std::to_string(runs))
