@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <iostream>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

@@ -250,7 +250,7 @@ auto postgres_store::with_retry(F&& attempt) {
       retry_budget_,
       [&] {
         if (!conn_)
-          connect(); // only while constructing
+          connect(); // the first connection (the constructor's)
         return attempt();
       },
       classify, [this] { connect(); });
@@ -266,10 +266,7 @@ postgres_store::postgres_store(std::string url, std::string schema,
   // A server starting up or shutting down refuses connections for a
   // while: retried within the budget like any lost connection.
   try {
-    with_retry([&] {
-      connect();
-      return 0;
-    });
+    with_retry([] { return 0; }); // connects (see with_retry)
   } catch (const perdure::error& ex) {
     throw perdure::error(ex.code() == errc::store_error
                            ? errc::store_unavailable
