@@ -128,10 +128,11 @@ void runtime_impl::start() {
     journal.push_back(persistence::open_store(opts));
   writer = std::make_unique<persistence::journal_writer>(
     std::move(journal), persistence::journal_writer::options{});
-  steps = std::make_unique<step_executor>(cfg.step_threads);
+  steps = std::make_unique<step_executor>(cfg.step_threads, this);
   control = std::make_unique<step_executor>(
-    std::max<std::size_t>(1, cfg.control_threads));
-  tx_stores = std::make_unique<store_pool>(opts, cfg.pooled_connections);
+    std::max<std::size_t>(1, cfg.control_threads), this);
+  stores = std::make_unique<store_pool>(opts, cfg.pooled_connections);
+  tx_stores = std::make_unique<store_pool>(opts, cfg.step_threads);
   system_cfg = std::make_unique<caf::actor_system_config>();
   system_cfg->set("scheduler.max-threads", cfg.scheduler_threads);
   system_cfg->set("scheduler.max-throughput", std::size_t{300});
@@ -178,8 +179,16 @@ void runtime_impl::on_notice(const std::string& notice) {
     auto sep = notice.find(':', 2);
     if (sep != std::string::npos
         && notice.compare(2, sep - 2, instance_) != 0
-        && notice.compare(sep + 1, std::string::npos, cfg.executor_id) == 0)
+        && notice.compare(sep + 1, std::string::npos, cfg.executor_id) == 0) {
+      if (!superseded_)
+        spdlog::error("perdure: another process started with executor id "
+                      "'{}' and took its runs; this runtime claims and "
+                      "starts nothing any more (give each process its own "
+                      "executor id)",
+                      cfg.executor_id);
+      superseded_ = true; // under active_mtx_: no revival claims after this
       control->post([this] { check_ownership(); });
+    }
   }
 }
 
@@ -192,13 +201,13 @@ void runtime_impl::recover() {
     return claimed;
   });
   // Passivated runs stay out of memory: their timer brings them back (a
-  // delivery marks the wake-up time 0, so those are loaded now).
-  for (auto& run : runs)
-    if (run.deadline_ms)
-      timers->schedule({*run.deadline_ms, run.id, deadline_seq});
+  // delivery marks the wake-up time 0, so those are loaded now). Deadlines
+  // of runs in memory are armed by spawn_run.
   std::erase_if(runs, [&](const persistence::run_record& run) {
     if (!run.wake_at_ms || *run.wake_at_ms <= now)
       return false;
+    if (run.deadline_ms)
+      timers->schedule({*run.deadline_ms, run.id, deadline_seq});
     if (*run.wake_at_ms < passivated_forever)
       timers->schedule({*run.wake_at_ms, run.id, -1});
     return true;
@@ -227,7 +236,7 @@ void runtime_impl::recover() {
 }
 
 void runtime_impl::stop() {
-  if (step_executor::on_executor_thread())
+  if (step_executor::runs_on(this))
     throw perdure::error(errc::invalid_argument,
                          "runtime::stop() was called from step code (or "
                          "another thread of the runtime), which stop() must "
@@ -259,6 +268,7 @@ void runtime_impl::stop() {
   writer.reset();
   system.reset();
   system_cfg.reset();
+  stores.reset();
   tx_stores.reset();
   std::lock_guard guard{control_mtx_};
   control_.reset();
@@ -268,7 +278,7 @@ void runtime_impl::announce(char kind, const std::string& id) {
   if (is_active(id))
     return;
   try {
-    tx_stores->with([&](persistence::store& db) {
+    stores->with([&](persistence::store& db) {
       db.notify(std::string{kind} + ":" + id);
     });
   } catch (const std::exception& ex) {
@@ -280,7 +290,7 @@ void runtime_impl::announce(char kind, const std::string& id) {
 
 void runtime_impl::sweep() {
   try {
-    auto ids = tx_stores->with([&](persistence::store& db) {
+    auto ids = stores->with([&](persistence::store& db) {
       return db.awake_runs(cfg.executor_id);
     });
     for (auto& id : ids)
@@ -293,7 +303,7 @@ void runtime_impl::sweep() {
 
 void runtime_impl::deadline_passed(const std::string& id) {
   try {
-    auto ids = tx_stores->with(
+    auto ids = stores->with(
       [&](persistence::store& db) { return db.cancel_run(id, clock->now_ms()); });
     if (!ids.empty())
       spdlog::info("perdure: run {} passed its deadline: cancelled", id);
@@ -312,7 +322,7 @@ void runtime_impl::deadline_passed(const std::string& id) {
 }
 
 void runtime_impl::tell_parent(const std::string& id) {
-  auto run = tx_stores->with(
+  auto run = stores->with(
     [&](persistence::store& db) { return db.get_run(id); });
   if (run && run->parent_id) {
     wake(*run->parent_id, -1);
@@ -374,8 +384,8 @@ bool runtime_impl::finish_passivation(const std::string& id,
 void runtime_impl::revive(const std::string& id, bool count_attempt) {
   {
     std::lock_guard guard{active_mtx_};
-    if (!running_ || active_.count(id) > 0 || fenced_.count(id) > 0
-        || !reviving_.insert(id).second)
+    if (!running_ || superseded_ || active_.count(id) > 0
+        || fenced_.count(id) > 0 || !reviving_.insert(id).second)
       return;
   }
   struct done_reviving {
@@ -387,12 +397,12 @@ void runtime_impl::revive(const std::string& id, bool count_attempt) {
     }
   } guard{*this, id};
   try {
-    auto run = tx_stores->with([&](persistence::store& db) {
+    auto run = stores->with([&](persistence::store& db) {
       return db.claim_run(id, cfg.executor_id, count_attempt);
     });
     if (!run)
       return; // ended, or not ours
-    auto journal = tx_stores->with(
+    auto journal = stores->with(
       [&](persistence::store& db) { return db.load_journals({id}); });
     spawn_run(std::move(*run), std::move(journal));
   } catch (const std::exception& ex) {
@@ -419,6 +429,10 @@ void runtime_impl::spawn_run(persistence::run_record run,
     writer->complete(std::move(c), [this, id = run.id, outcome,
                                     parent = run.parent_id](
                                      persistence::write_result r) {
+      if (r.ack == persistence::write_ack::failed) {
+        orphaned(id); // tried again by housekeeping
+        return;
+      }
       if (r.ack != persistence::write_ack::committed)
         return;
       run_stopped(id, outcome);
@@ -428,8 +442,19 @@ void runtime_impl::spawn_run(persistence::run_record run,
     return;
   }
   std::lock_guard guard{active_mtx_};
-  if (!running_ || active_.count(run.id) > 0 || fenced_.count(run.id) > 0)
+  if (!running_ || fenced_.count(run.id) > 0)
     return;
+  auto i = active_.find(run.id);
+  if (i != active_.end()) {
+    // Two spawns of one run race (a start or a recovery, and a revival's
+    // newer claim): the copy at the newer epoch runs, the other one goes.
+    if (i->second.epoch >= run.owner.epoch)
+      return;
+    signal_run(i->second.actor, run_signal::drop, -1);
+    active_.erase(i);
+  }
+  if (run.deadline_ms)
+    timers->schedule({*run.deadline_ms, run.id, deadline_seq});
   auto id = run.id;
   auto epoch = run.owner.epoch;
   active_.emplace(std::move(id),
@@ -437,6 +462,16 @@ void runtime_impl::spawn_run(persistence::run_record run,
                                              std::move(journal)),
                              0, epoch});
   forget_caf_logger();
+}
+
+void runtime_impl::check_not_superseded() const {
+  std::lock_guard guard{active_mtx_};
+  if (superseded_)
+    throw perdure::error(errc::fenced,
+                         "another process started with executor id '"
+                           + cfg.executor_id
+                           + "' and took this runtime's runs over; give each "
+                             "process its own executor id");
 }
 
 void runtime_impl::orphaned(const std::string& id) {
@@ -478,8 +513,12 @@ void runtime_impl::revive_orphans() {
                  + std::max(orphan_backoff_, cfg.orphan_retry);
 }
 
-void runtime_impl::fenced_from(const std::string& id) {
+void runtime_impl::fenced_from(const std::string& id, std::int64_t epoch) {
   std::lock_guard guard{active_mtx_};
+  auto i = active_.find(id);
+  if (reviving_.count(id) > 0
+      || (i != active_.end() && i->second.epoch > epoch))
+    return; // our own newer claim fenced an older copy here
   fenced_.insert(id);
   orphans_.erase(id);
 }
@@ -507,7 +546,7 @@ void runtime_impl::check_ownership() {
       std::vector<std::string> some(ids.begin() + first, ids.begin() + last);
       std::vector<std::int64_t> at(epochs.begin() + first,
                                    epochs.begin() + last);
-      auto more = tx_stores->with([&](persistence::store& db) {
+      auto more = stores->with([&](persistence::store& db) {
         return db.lost_runs(cfg.executor_id, some, at);
       });
       lost.insert(lost.end(), more.begin(), more.end());
@@ -516,12 +555,17 @@ void runtime_impl::check_ownership() {
       spdlog::warn("perdure: another process with executor id '{}' took {} "
                    "runs of this one; they stop here",
                    cfg.executor_id, lost.size());
+    std::unordered_map<std::string, std::int64_t> seen;
+    for (std::size_t k = 0; k < ids.size(); ++k)
+      seen.emplace(ids[k], epochs[k]);
     for (auto& id : lost) {
       std::lock_guard guard{active_mtx_};
-      fenced_.insert(id);
       auto i = active_.find(id);
+      if (i != active_.end() && i->second.epoch != seen[id])
+        continue; // claimed again here meanwhile: that copy is current
+      fenced_.insert(id);
       if (i != active_.end())
-        signal_run(i->second.actor, run_signal::fenced, 0);
+        signal_run(i->second.actor, run_signal::drop, -1);
     }
   } catch (const std::exception& ex) {
     spdlog::warn("perdure: could not check which runs are still ours: {}",
@@ -627,11 +671,11 @@ run_status status_of(runtime_impl& rt, const std::string& id) {
 
 void cancel_run(runtime_impl& rt, const std::string& id) {
   runtime_impl::client_call call{rt};
-  auto cancelled = rt.tx_stores->with([&](persistence::store& db) {
+  auto cancelled = rt.stores->with([&](persistence::store& db) {
     return db.cancel_run(id, rt.clock->now_ms());
   });
   if (cancelled.empty()) {
-    auto run = rt.tx_stores->with(
+    auto run = rt.stores->with(
       [&](persistence::store& db) { return db.get_run(id); });
     if (!run)
       throw error(errc::not_found, "no workflow run with id '" + id + "'");
@@ -706,6 +750,7 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   if (impl_->workflows.count(std::string{name}) == 0)
     throw error(errc::unknown_workflow,
                 "no workflow registered as '" + std::string{name} + "'");
+  impl_->check_not_superseded();
   if (opts.id.empty())
     opts.id = random_id();
   check_name("workflow id", opts.id);
@@ -736,10 +781,7 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   auto result = written.get();
   switch (result.ack) {
     case persistence::write_ack::committed:
-      if (run.deadline_ms)
-        impl_->timers->schedule(
-          {*run.deadline_ms, run.id, detail::deadline_seq});
-      impl_->spawn_run(std::move(run), {});
+      impl_->spawn_run(std::move(run), {}); // arms its deadline
       return opts.id;
     case persistence::write_ack::failed:
     case persistence::write_ack::superseded:
@@ -757,7 +799,7 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   }
   // The id was taken: the same start again (or our own in-doubt commit
   // re-sent) returns that run; another name or other inputs is a conflict.
-  auto existing = impl_->tx_stores->with([&](persistence::store& db) {
+  auto existing = impl_->stores->with([&](persistence::store& db) {
     return db.get_run(run.id);
   });
   if (!existing)
@@ -773,7 +815,7 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   if (existing->status == run_status::pending && existing->owner == run.owner
       && !impl_->is_active(run.id)) {
     // Ours and not running: a creation whose acknowledgement was lost.
-    auto journal = impl_->tx_stores->with([&](persistence::store& db) {
+    auto journal = impl_->stores->with([&](persistence::store& db) {
       return db.load_journals({run.id});
     });
     impl_->spawn_run(std::move(*existing), std::move(journal));
@@ -806,7 +848,7 @@ void store_resolution(detail::runtime_impl& rt, persistence::resolution& r,
   else
     r.error = persistence::valid_text(bytes);
   r.at_ms = rt.clock->now_ms();
-  auto result = rt.tx_stores->with(
+  auto result = rt.stores->with(
     [&](persistence::store& db) { return db.resolve(r); });
   switch (result) {
     case persistence::resolve_result::unknown_id:
@@ -861,7 +903,7 @@ void runtime::send_bytes(const std::string& workflow_id,
   check_payload(impl_->cfg, bytes, "message");
   check_name("workflow id", workflow_id);
   check_name("topic", topic);
-  auto sent = impl_->tx_stores->with([&](persistence::store& db) {
+  auto sent = impl_->stores->with([&](persistence::store& db) {
     return db.send_message(workflow_id, topic, bytes, impl_->clock->now_ms());
   });
   if (!sent)
@@ -881,7 +923,7 @@ runtime::event_bytes(const std::string& workflow_id, const std::string& key,
   for (;;) {
     {
       detail::runtime_impl::client_call call{*impl_};
-      auto value = impl_->tx_stores->with(
+      auto value = impl_->stores->with(
         [&](persistence::store& db) { return db.get_event(workflow_id, key); });
       if (value)
         return value;

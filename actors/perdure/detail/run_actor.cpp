@@ -42,7 +42,16 @@ enum class reply : std::int32_t {
   /// A passivation write: a = succeeded, c = wake-up time, payload = the
   /// wake count seen before.
   passive,
+  /// The wake-up time was cleared (`stay_awake`).
+  awake,
 };
+
+/// Returns whether `code` means the store went away (past its retry budget)
+/// rather than refused: the run restarts from the store once it answers
+/// instead of spending an attempt of its retry policy.
+bool outage(errc code) {
+  return code == errc::store_unavailable || code == errc::store_full;
+}
 
 constexpr std::int32_t not_found = std::numeric_limits<std::int32_t>::min();
 
@@ -144,6 +153,17 @@ struct run_state : run_core {
   bool check_again = false;
   /// The await's outcome is being recorded: no further checks.
   bool recording = false;
+  /// The step or transaction whose body runs on another thread now: the
+  /// body may touch the coroutine frame (locals captured by reference), so
+  /// the actor, and the frame with it, must not go before its reply.
+  std::int32_t body_seq = -1;
+  /// stop() came while a body ran: quit as soon as its reply arrives.
+  bool quitting = false;
+  /// A `stay_awake` write in flight, and a passivation waiting for it (two
+  /// writes of the wake-up time on two connections could commit in either
+  /// order, leaving a run out of memory with no wake-up time).
+  bool waking = false;
+  std::optional<std::int64_t> deferred_passivation;
   /// Declared last: the frame goes before everything it refers to.
   std::unique_ptr<run_driver> driver;
 
@@ -269,7 +289,7 @@ struct run_state : run_core {
         return report(persistence::outcome::terminal,
                       "child ids must be 1 to 255 bytes of UTF-8 without NUL");
       try {
-        auto result = rt->tx_stores->with(
+        auto result = rt->stores->with(
           [&](persistence::store& db) { return db.create_child(fence, child); });
         if (!result) {
           send_signal(me, run_signal::fenced, seq);
@@ -287,6 +307,11 @@ struct run_state : run_core {
           rt->revive(child.id); // ours from before a crash: make sure it runs
         }
         report(persistence::outcome::value, {});
+      } catch (const perdure::error& ex) {
+        if (outage(ex.code()))
+          send_signal(me, run_signal::restart, seq);
+        else
+          report(persistence::outcome::failed, ex.what());
       } catch (const std::exception& ex) {
         report(persistence::outcome::failed, ex.what());
       }
@@ -335,7 +360,7 @@ struct run_state : run_core {
       wait_outcome w;
       bool found = false;
       try {
-        found = rt->tx_stores->with([&](persistence::store& db) {
+        found = rt->stores->with([&](persistence::store& db) {
           for (std::size_t i = 0; i < sources.size(); ++i) {
             if (delivered(db, run, sources[i], after[i], w)) {
               w.index = static_cast<std::int32_t>(i);
@@ -479,10 +504,14 @@ struct run_state : run_core {
   /// memory (unless woken meanwhile).
   void passivate(std::int64_t wake_at) {
     passivating = true;
+    if (waking) { // after the wake-up time was cleared, not before
+      deferred_passivation = wake_at;
+      return;
+    }
     auto me = caf::actor_cast<caf::actor>(self);
     auto seen = rt->wake_count(run_id_);
     rt->control->post([me, seq = op->seq, seen, wake_at, fence = owner(),
-                     id = run_id_, pool = rt->tx_stores.get()] {
+                     id = run_id_, pool = rt->stores.get()] {
       bool ok = false;
       try {
         ok = pool->with([&](persistence::store& db) {
@@ -542,12 +571,14 @@ struct run_state : run_core {
   /// (housekeeping revives it, and reviving clears the time).
   void stay_awake() {
     auto me = caf::actor_cast<caf::actor>(self);
+    waking = true;
     rt->control->post([me, fence = owner(), id = run_id_,
-                       pool = rt->tx_stores.get()] {
+                       pool = rt->stores.get()] {
       try {
         pool->with([&](persistence::store& db) {
           return db.set_wake_at(fence, id, std::nullopt);
         });
+        send_reply(me, reply::awake, 0, 1, 0, 0, {}, {});
       } catch (const std::exception& ex) {
         spdlog::warn("perdure: run {} could not record that it is awake "
                      "({}); it restarts",
@@ -563,6 +594,16 @@ struct run_state : run_core {
     rt->orphaned(run_id_);
   }
 
+  /// The wake-up time is cleared; a passivation that waited for it goes on.
+  void on_awake() {
+    waking = false;
+    if (auto due = std::exchange(deferred_passivation, std::nullopt)) {
+      passivating = false;
+      if (op)
+        passivate(*due);
+    }
+  }
+
   void on_cancel() {
     spdlog::info("perdure: run {} cancelled", run_id_);
     stop(run_outcome{run_status::cancelled, std::nullopt,
@@ -574,6 +615,9 @@ struct run_state : run_core {
     ++attempt;
     auto me = caf::actor_cast<caf::actor>(self);
     auto seq = op->seq;
+    if (op->kind == persistence::entry_kind::step
+        || op->kind == persistence::entry_kind::transaction)
+      body_seq = seq;
     if (op->kind == persistence::entry_kind::step) {
       // The executor hands a final outcome straight to the journal writer,
       // and the writer's ack brings it to the actor: one actor hop per step.
@@ -583,9 +627,9 @@ struct run_state : run_core {
                        writer = rt->writer.get(), fence = owner(),
                        proto = entry_for(seq), rt = rt]() mutable {
         // Right before the body: a process that lost the run to another
-        // one runs none of its steps any more.
-        if (!rt->owns(proto.run_id)) {
-          send_signal(me, run_signal::fenced, seq);
+        // one, or is stopping, runs none of its steps any more.
+        if (!rt->owns(proto.run_id) || !rt->running()) {
+          send_signal(me, run_signal::drop, seq);
           return;
         }
         auto out = body();
@@ -620,12 +664,13 @@ struct run_state : run_core {
       auto send_failure = [&](persistence::outcome o, const char* what) {
         send_outcome(me, seq, o, {}, what, false);
       };
-      if (!rt->owns(checkpoint.run_id)) {
-        send_signal(me, run_signal::fenced, seq);
+      if (!rt->owns(checkpoint.run_id) || !rt->running()) {
+        send_signal(me, run_signal::drop, seq);
         return;
       }
       try {
-        auto recorded = rt->tx_stores->with([&](persistence::store& db) {
+        auto& pool = is_event ? *rt->stores : *rt->tx_stores;
+        auto recorded = pool.with([&](persistence::store& db) {
           if (is_event) // Perdure's own row, with its checkpoint
             return db.record_event(fence, checkpoint, checkpoint.name,
                                    checkpoint.payload);
@@ -641,6 +686,11 @@ struct run_state : run_core {
           e.payload.clear(); // the event's value is no result
         send_outcome(me, seq, e.outcome, std::move(e.payload),
                      std::move(e.error), true);
+      } catch (const perdure::error& ex) {
+        if (outage(ex.code()))
+          send_signal(me, run_signal::restart, seq);
+        else
+          send_failure(persistence::outcome::failed, ex.what());
       } catch (const terminal_error& ex) {
         send_failure(persistence::outcome::terminal, ex.what());
       } catch (const std::exception& ex) {
@@ -661,7 +711,7 @@ struct run_state : run_core {
     rt->control->post([me, seq, checkpoint = std::move(checkpoint),
                        fence = owner(), d = op->delivery, rt = rt] {
       try {
-        auto recorded = rt->tx_stores->with([&](persistence::store& db) {
+        auto recorded = rt->stores->with([&](persistence::store& db) {
           return db.deliver(fence, checkpoint, *d);
         });
         if (!recorded) {
@@ -673,6 +723,12 @@ struct run_state : run_core {
           rt->announce('w', d->run_id());
         }
         send_outcome(me, seq, recorded->outcome, {}, recorded->error, true);
+      } catch (const perdure::error& ex) {
+        if (outage(ex.code()))
+          send_signal(me, run_signal::restart, seq);
+        else
+          send_outcome(me, seq, persistence::outcome::failed, {}, ex.what(),
+                       false);
       } catch (const std::exception& ex) {
         send_outcome(me, seq, persistence::outcome::failed, {}, ex.what(),
                      false);
@@ -782,7 +838,7 @@ struct run_state : run_core {
     spdlog::warn("perdure: run {} is owned elsewhere now (fenced); this "
                  "process stops running it",
                  run_id_);
-    rt->fenced_from(run_id_);
+    rt->fenced_from(run_id_, epoch);
     stop(std::nullopt);
   }
 
@@ -849,7 +905,35 @@ struct run_state : run_core {
     rt->run_stopped(run_id_, std::move(outcome));
     if (ended && parent_id)
       rt->wake(*parent_id, -1); // a parent may be waiting for this end
+    leave();
+  }
+
+  /// Quits, unless a body still runs: then once its reply arrives (the
+  /// frame it may touch must outlive it).
+  void leave() {
+    if (body_seq >= 0) {
+      quitting = true;
+      return;
+    }
     self->quit();
+  }
+
+  /// Returns whether a message of `kind` about `seq` is the reply of the
+  /// body in flight (and notes that the body is done).
+  bool body_replied(std::int32_t kind, std::int32_t seq) {
+    if (body_seq < 0 || seq != body_seq)
+      return false;
+    auto reply_kind = kind == static_cast<std::int32_t>(reply::outcome)
+                      || kind == static_cast<std::int32_t>(reply::durable);
+    auto signal = kind - signal_base;
+    auto signal_kind = signal == static_cast<std::int32_t>(run_signal::fenced)
+                       || signal == static_cast<std::int32_t>(run_signal::drop)
+                       || signal
+                            == static_cast<std::int32_t>(run_signal::restart);
+    if (!reply_kind && !signal_kind)
+      return false;
+    body_seq = -1;
+    return true;
   }
 
   void start_code() {
@@ -898,11 +982,25 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
     self->state.rt->orphaned(self->state.run_id());
     return caf::sec::runtime_error;
   });
+  // runtime::stop() sends every run an exit: a run whose body still runs
+  // stays until the body's reply (its frame must outlive the body).
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    if (self->state.body_seq >= 0)
+      self->state.quitting = true;
+    else
+      self->quit(msg.reason);
+  });
   return {
     [self](run_atom, std::int32_t kind, std::int32_t seq, std::int32_t a,
            std::int32_t b, std::int64_t c, std::string& payload,
            std::string& error) {
       auto& st = self->state;
+      auto replied = st.body_replied(kind, seq);
+      if (st.quitting) { // stopped while a body ran: wait for it, then go
+        if (replied)
+          self->quit();
+        return;
+      }
       if (kind >= signal_base) {
         switch (static_cast<run_signal>(kind - signal_base)) {
           case run_signal::start: st.start_code(); break;
@@ -912,6 +1010,7 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
           case run_signal::cancel: st.on_cancel(); break;
           case run_signal::ended: st.on_ended(seq); break;
           case run_signal::restart: st.restart(); break;
+          case run_signal::drop: st.stop(std::nullopt); break;
         }
         return;
       }
@@ -928,6 +1027,9 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
           break;
         case reply::passive:
           st.on_passive(seq, a != 0, c, std::stoull(payload));
+          break;
+        case reply::awake:
+          st.on_awake();
           break;
       }
     },

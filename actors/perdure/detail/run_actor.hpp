@@ -29,8 +29,12 @@ enum class run_signal : std::int32_t {
   /// The final status was written (`seq`: the `write_ack`).
   ended,
   /// The store could not record what the run's memory assumes (e.g. that
-  /// it is awake): stop, and let housekeeping revive it from the store.
+  /// it is awake), or went away past its retry budget: stop, and let
+  /// housekeeping revive the run from the store.
   restart,
+  /// Another copy of the run replaces this one, or the runtime stops:
+  /// stop without recording anything.
+  drop,
 };
 
 /// The `seq` of a run's deadline timer (cancels it).

@@ -46,6 +46,10 @@ public:
   /// revival, deliveries, child starts, sweeps, deadlines): slow user steps
   /// never hold up wake-ups, deadlines or cancellations.
   std::unique_ptr<step_executor> control;
+  /// Connections for the runtime's own I/O and application threads.
+  std::unique_ptr<store_pool> stores;
+  /// Connections for transactional steps (user SQL holds one for the
+  /// step's duration): busy steps never starve the runtime's own I/O.
   std::unique_ptr<store_pool> tx_stores;
   std::unique_ptr<caf::actor_system_config> system_cfg;
   std::unique_ptr<caf::actor_system> system;
@@ -140,17 +144,23 @@ public:
   /// keeps failing).
   void orphaned(const std::string& id);
 
-  /// Another process claimed run `id` (a write was fenced): this process
-  /// never runs or revives it again.
-  void fenced_from(const std::string& id);
+  /// A write of run `id` at `epoch` was fenced: another process claimed
+  /// it, and this process never runs or revives it again (unless a newer
+  /// claim of this process is under way: then an older copy was fenced).
+  void fenced_from(const std::string& id, std::int64_t epoch);
 
   /// Returns whether this process may still run run `id` (it was not
   /// fenced from it). Checked right before a step body runs.
   bool owns(const std::string& id) const;
 
   /// Another process with this executor id claimed its runs: stops the
-  /// actors of the runs this process lost.
+  /// actors of the runs this process lost, and from then on this runtime
+  /// claims nothing and starts nothing (it is superseded: two live
+  /// processes must not share an executor id).
   void check_ownership();
+
+  /// Throws `errc::fenced` if another process took this executor id over.
+  void check_not_superseded() const;
 
   /// Housekeeping, every `housekeeping_interval`: revives orphaned runs.
   void housekeeping();
@@ -206,6 +216,8 @@ private:
   std::unordered_set<std::string> fenced_;
   /// Runs to revive, and when housekeeping may next try (steady clock).
   std::unordered_set<std::string> orphans_;
+  /// Another process started with this executor id (see check_ownership).
+  bool superseded_ = false;
   std::chrono::steady_clock::time_point orphans_due_{};
   std::chrono::milliseconds orphan_backoff_{0};
   bool orphans_busy_ = false;

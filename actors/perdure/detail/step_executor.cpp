@@ -4,15 +4,16 @@ namespace perdure::detail {
 
 namespace {
 
-thread_local bool executor_thread = false;
+thread_local const void* executor_owner = nullptr;
 
 } // namespace
 
-bool step_executor::on_executor_thread() noexcept {
-  return executor_thread;
+bool step_executor::runs_on(const void* owner) noexcept {
+  return owner != nullptr && executor_owner == owner;
 }
 
-step_executor::step_executor(std::size_t threads) {
+step_executor::step_executor(std::size_t threads, const void* owner)
+  : owner_(owner) {
   threads_.reserve(threads);
   for (std::size_t i = 0; i < threads; ++i)
     threads_.emplace_back([this] { work(); });
@@ -40,7 +41,7 @@ void step_executor::post(std::function<void()> job) {
 }
 
 void step_executor::work() {
-  executor_thread = true;
+  executor_owner = owner_;
   for (;;) {
     std::function<void()> job;
     {

@@ -13,7 +13,8 @@ namespace perdure::detail {
 /// scheduler threads never run it; results return to actors as messages.
 class step_executor {
 public:
-  explicit step_executor(std::size_t threads);
+  /// Starts `threads` threads, which belong to `owner` (see `runs_on`).
+  step_executor(std::size_t threads, const void* owner);
 
   /// Finishes the jobs already running, drops queued ones, joins.
   ~step_executor();
@@ -24,9 +25,10 @@ public:
   /// Queues `job`; it runs on one of the executor's threads.
   void post(std::function<void()> job);
 
-  /// Returns whether the calling thread belongs to some step_executor (a
-  /// thread that must not join the executors, as `runtime::stop()` does).
-  static bool on_executor_thread() noexcept;
+  /// Returns whether the calling thread is an executor thread of `owner`
+  /// (one that must not join `owner`'s executors, as `runtime::stop()`
+  /// does).
+  static bool runs_on(const void* owner) noexcept;
 
 private:
   void work();
@@ -35,6 +37,7 @@ private:
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
+  const void* owner_;
   std::vector<std::thread> threads_;
 };
 

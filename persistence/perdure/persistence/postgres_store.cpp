@@ -159,6 +159,11 @@ std::string complete_sql(const std::string& s, int first) {
            "RETURNING r.id, r.parent_id, u.at";
 }
 
+/// Returns how a batch's fence names a run it let through: `<epoch>:<id>`.
+std::string owned_key(std::int64_t epoch, const std::string& id) {
+  return std::to_string(epoch) + ":" + id;
+}
+
 /// Returns the INSERT of many runs (ten array parameters numbered from
 /// `first`): new ids inserted, taken ones left alone; the inserted ids come
 /// back.
@@ -386,8 +391,10 @@ void postgres_store::connect() {
   // the fence's cost under load). OFFSET 0 keeps the planner from pushing
   // `status = 'PENDING'` into the scan, where it would rather walk every
   // PENDING run through the partial index.
+  // The epoch comes back too: two copies of one run in a batch (an actor
+  // replaced by a newer claim in this process) are told apart by it.
   auto fence_sql
-    = "SELECT r.id FROM (SELECT id, status FROM " + s
+    = "SELECT r.id, r.epoch FROM (SELECT id, epoch, status FROM " + s
       + "runs WHERE (id, executor, epoch) IN (SELECT * FROM unnest($1::text[], "
         "$2::text[], $3::bigint[])) OFFSET 0 FOR SHARE) r WHERE r.status = "
         "'PENDING'";
@@ -404,16 +411,17 @@ void postgres_store::connect() {
                  "created_at) SELECT j.run_id, j.seq, j.kind, j.name, "
                  "j.outcome, decode(j.payload, 'hex'), j.error, j.created_at "
                  "FROM unnest($4::text[], $5::int[], $6::text[], $7::text[], "
-                 "$8::smallint[], $9::text[], $10::text[], $11::bigint[]) AS "
-                 "j(run_id, seq, kind, name, outcome, payload, error, "
-                 "created_at) WHERE j.run_id IN (SELECT id FROM owned) ON "
-                 "CONFLICT (run_id, seq) DO NOTHING RETURNING 1), "
+                 "$8::smallint[], $9::text[], $10::text[], $11::bigint[], "
+                 "$3::bigint[]) AS j(run_id, seq, kind, name, outcome, "
+                 "payload, error, created_at, epoch) WHERE (j.run_id, "
+                 "j.epoch) IN (SELECT id, epoch FROM owned) ON CONFLICT "
+                 "(run_id, seq) DO NOTHING RETURNING 1), "
                  "completed AS ("
                + complete_sql(s, 12) + "), " + wake_parents_sql(s)
                + ", created AS (" + create_runs_sql(s, 19)
-               + ") SELECT 'a', id FROM owned UNION ALL SELECT 'c', id FROM "
-                 "completed UNION ALL SELECT 'n', id FROM created UNION ALL "
-                 "SELECT 'i', count(*)::text FROM appended");
+               + ") SELECT 'a', epoch::text || ':' || id FROM owned UNION ALL "
+                 "SELECT 'c', id FROM completed UNION ALL SELECT 'n', id FROM "
+                 "created UNION ALL SELECT 'i', count(*)::text FROM appended");
   c->prepare("complete_runs", "WITH completed AS (" + complete_sql(s, 1)
                                 + "), " + wake_parents_sql(s)
                                 + " SELECT id FROM completed");
@@ -421,17 +429,12 @@ void postgres_store::connect() {
              "INSERT INTO " + s
                + "journal (run_id, seq, kind, name, outcome, payload, error, "
                  "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
-  c->prepare("entry_exists",
-             "SELECT 1 FROM " + s + "journal WHERE run_id = $1 AND seq = $2");
   // Both runs a delivery touches, locked in one order: two runs delivering
   // to each other at once would otherwise deadlock (fence FOR SHARE on its
   // own row, then UPDATE of the other's).
   c->prepare("lock_runs", "SELECT id FROM " + s
                             + "runs WHERE id = ANY($1::text[]) ORDER BY id "
                               "FOR UPDATE");
-  c->prepare("entry_outcome",
-             "SELECT outcome, error FROM " + s
-               + "journal WHERE run_id = $1 AND seq = $2");
   c->prepare("get_entry",
              "SELECT run_id, seq, kind, name, outcome, payload, error, "
              "created_at FROM "
@@ -691,13 +694,9 @@ postgres_store::deliver(const fence& owner, journal_entry checkpoint,
     // recorded outcome, never a second delivery. (Two attempts at once
     // cannot both commit: the journal's key rolls the second one back,
     // its delivery with it.)
-    auto res = w.exec_prepared("entry_outcome", e.run_id, e.seq);
-    if (!res.empty()) {
-      e.outcome = static_cast<outcome>(res[0][0].as<int>());
-      e.error = res[0][1].is_null() ? std::string{}
-                                    : res[0][1].as<std::string>();
-      return e;
-    }
+    auto res = w.exec_prepared("get_entry", e.run_id, e.seq);
+    if (!res.empty())
+      return read_entry(res[0]);
     auto* m = std::get_if<outgoing_message>(&d.what);
     auto stored = m ? (send_in(w, *m) ? resolve_result::resolved
                                       : resolve_result::unknown_id)
@@ -979,7 +978,8 @@ batch_result postgres_store::make_result(const persistence::write_batch& batch,
   result.created = created_flags(batch.creates, out.inserted);
   result.appends.reserve(batch.appends.size());
   for (auto& a : batch.appends)
-    result.appends.push_back(out.owned.count(a.entry.run_id) > 0);
+    result.appends.push_back(
+      out.owned.count(owned_key(a.owner.epoch, a.entry.run_id)) > 0);
   for (auto& c : batch.completions)
     result.completions.push_back(out.done.count(c.run_id) > 0);
   return result;
@@ -1002,7 +1002,8 @@ void postgres_store::copy_batch(const persistence::write_batch& batch,
            n.ats.str(), n.parents.str(), n.deadlines.str()))
       out.inserted.insert(row[0].as<std::string>());
   for (const auto& row : w.exec_prepared("fence_check", f_ids, f_execs, f_epochs))
-    out.owned.insert(row[0].as<std::string>());
+    out.owned.insert(owned_key(row[1].as<std::int64_t>(),
+                               row[0].as<std::string>()));
   if (!out.owned.empty()) {
     pqxx::stream_to stream{w, conn_->quote_name(schema_) + ".journal",
                            std::vector<std::string>{"run_id", "seq", "kind",
@@ -1010,7 +1011,7 @@ void postgres_store::copy_batch(const persistence::write_batch& batch,
                                                     "error", "created_at"}};
     for (auto& a : batch.appends) {
       auto& e = a.entry;
-      if (out.owned.count(e.run_id) == 0)
+      if (out.owned.count(owned_key(a.owner.epoch, e.run_id)) == 0)
         continue;
       stream << std::make_tuple(e.run_id, e.seq, std::string{to_string(e.kind)},
                                 e.name, static_cast<int>(e.outcome),

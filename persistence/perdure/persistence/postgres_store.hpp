@@ -77,7 +77,7 @@ private:
 
   /// What a batch's statements reported.
   struct batch_outcome {
-    std::unordered_set<std::string> owned;    // runs the fence let through
+    std::unordered_set<std::string> owned;    // <epoch>:<id> let through
     std::unordered_set<std::string> done;     // runs completed
     std::unordered_set<std::string> inserted; // runs created
     std::uint64_t appended = 0;               // journal rows inserted

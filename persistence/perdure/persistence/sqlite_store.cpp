@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <set>
+#include <utility>
 
 #include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/detail/retry.hpp"
@@ -284,14 +285,11 @@ run_record read_run(Statement& st) {
 template <class F>
 auto sqlite_store::with_retry(F&& attempt) {
   try {
-    // Out of space: try to move what the write-ahead log holds into the
-    // database and truncate the log (which only works once the database
-    // file has room to grow); the first commit after the disk filled
-    // truncates it in any case (see in_transaction).
-    return detail::with_retry(retry_budget_, attempt, classify, [this] {
-      was_full_ = true;
-      truncate_log();
-    });
+    // Out of space: a checkpoint cannot move the log into a database file
+    // that cannot grow, so the first commit after the disk filled
+    // truncates the log, once (see in_transaction).
+    return detail::with_retry(retry_budget_, attempt, classify,
+                              [this] { was_full_ = true; });
   } catch (const sqlite_failure& ex) {
     throw perdure::error(errc::store_error, ex.what());
   }
@@ -305,8 +303,8 @@ auto sqlite_store::in_transaction(F&& body) {
     try {
       auto result = body();
       exec("COMMIT");
-      if (was_full_ && truncate_log())
-        was_full_ = false;
+      if (std::exchange(was_full_, false))
+        truncate_log(); // one try: it may wait for readers (busy timeout)
       return result;
     } catch (...) {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -574,16 +572,8 @@ sqlite_store::deliver(const fence& owner, journal_entry checkpoint,
   return in_transaction([&]() -> std::optional<journal_entry> {
     if (!fenced_ok(checkpoint.run_id, owner))
       return std::nullopt; // nothing written: commit is moot
-    auto& recorded = prepare("SELECT outcome, error FROM journal WHERE "
-                             "run_id = ?1 AND seq = ?2");
-    recorded.bind(1, checkpoint.run_id).bind(2, std::int64_t{checkpoint.seq});
-    if (recorded.step()) { // delivered before: never twice
-      checkpoint.outcome = static_cast<outcome>(recorded.int64(0));
-      checkpoint.error = recorded.opt_text(1).value_or(std::string{});
-      recorded.reset();
-      return checkpoint;
-    }
-    recorded.reset();
+    if (auto earlier = recorded_entry(checkpoint.run_id, checkpoint.seq))
+      return earlier; // delivered before: never twice
     auto* m = std::get_if<outgoing_message>(&d.what);
     auto stored = m ? (send_in(*m) ? resolve_result::resolved
                                    : resolve_result::unknown_id)
