@@ -144,4 +144,28 @@ TEST_F(misuse_test, busy_step_threads_hold_up_no_deadline_cancel_or_delivery) {
   EXPECT_EQ(hog2.get(10s), 1);
 }
 
+TEST_F(misuse_test, a_cancel_during_a_step_keeps_what_the_step_uses_alive) {
+  // The step writes to a local of the workflow after the cancel ended the
+  // run: the frame must outlive the body (AddressSanitizer, in
+  // `scripts/test --sanitize`, reports it otherwise).
+  runtime rt{db_.runtime_config()};
+  std::promise<void> entered;
+  rt.register_workflow("busy", [&](workflow_context& ctx) -> task<int> {
+    std::string local = "before";
+    co_await ctx.step("work", [&] {
+      entered.set_value();
+      std::this_thread::sleep_for(300ms);
+      local.assign(1000, 'x'); // the frame's memory
+    });
+    co_return static_cast<int>(local.size());
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("busy", {.id = "busy"});
+  entered.get_future().wait();
+  rt.cancel("busy");
+  EXPECT_EQ(h.status(), run_status::cancelled);
+  std::this_thread::sleep_for(500ms); // the body finishes after the cancel
+  rt.stop();
+}
+
 } // namespace

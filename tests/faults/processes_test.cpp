@@ -104,7 +104,7 @@ TEST_F(processes_test, a_process_that_lost_its_runs_runs_none_of_their_steps) {
                             + sql.table("journal"))
                      .rows)
     checkpointed[{*row[0], std::stoi(*row[1])}] = std::stoll(*row[2]);
-  std::lock_guard guard{mtx_};
+  std::unique_lock guard{mtx_};
   int late = 0;
   for (auto& s : starts_) {
     if (s.runtime != "a")
@@ -119,6 +119,14 @@ TEST_F(processes_test, a_process_that_lost_its_runs_runs_none_of_their_steps) {
   }
   EXPECT_EQ(late, 0) << "step bodies ran in the fenced process more than "
                         "250 ms after the claim";
+  guard.unlock(); // the steps below log too
+  try {
+    a->start_workflow<int>("stepper", 1);
+    FAIL() << "a superseded runtime started work";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::fenced) << ex.what();
+  }
+  EXPECT_EQ(b->start_workflow<int>("stepper", 1).get(30s), 36);
   b->stop();
   a->stop();
 }
