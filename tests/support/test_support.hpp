@@ -5,7 +5,9 @@
 // runtime config pointing at it, and a plain SQL client for asserting on
 // tables directly.
 
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +39,19 @@ struct database {
 
 /// Returns "sqlite" or "postgres" (the store under test).
 std::string store_under_test();
+
+/// Waits (really) until `pred()` holds; returns false after `limit`.
+template <class P>
+bool eventually(P pred,
+                std::chrono::milliseconds limit = std::chrono::seconds{20}) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  }
+  return pred();
+}
 
 /// Plain SQL on a test database, for set-up and assertions that must not go
 /// through the code under test. `$1`-style parameters on both stores.

@@ -44,13 +44,7 @@ protected:
   template <class P>
   static bool eventually(P pred, std::chrono::milliseconds limit
                                  = std::chrono::seconds{10}) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      if (pred())
-        return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds{5});
-    }
-    return pred();
+    return test::eventually(std::move(pred), limit);
   }
 
   /// Forks a process that builds a runtime (executor "local", real clock),
