@@ -474,14 +474,14 @@ void runtime_impl::check_not_superseded() const {
                              "process its own executor id");
 }
 
-void runtime_impl::orphaned(const std::string& id) {
+void runtime_impl::orphaned(const std::string& id, bool crashed) {
   std::lock_guard guard{active_mtx_};
   if (!running_ || fenced_.count(id) > 0)
     return;
   if (orphans_.empty() && !orphans_busy_)
     orphans_due_ = std::chrono::steady_clock::now()
                    + std::max(orphan_backoff_, cfg.orphan_retry);
-  orphans_.insert(id);
+  orphans_[id] |= crashed;
 }
 
 void runtime_impl::housekeeping() {
@@ -494,14 +494,17 @@ void runtime_impl::housekeeping() {
 }
 
 void runtime_impl::revive_orphans() {
-  std::unordered_set<std::string> ids;
+  std::unordered_map<std::string, bool> ids;
   {
     std::lock_guard guard{active_mtx_};
     ids.swap(orphans_);
   }
   spdlog::info("perdure: reviving {} runs left without an actor", ids.size());
-  for (auto& id : ids)
-    revive(id, true); // a failure makes it an orphan again
+  // A crashed actor counts as a recovery (a run that crashes its actor
+  // every time must end); a store outage does not (a long-lived run may
+  // see many). A failure makes the run an orphan again.
+  for (auto& [id, crashed] : ids)
+    revive(id, crashed);
   std::lock_guard guard{active_mtx_};
   orphans_busy_ = false;
   // The store still failing: try less often, up to 8 x orphan_retry.

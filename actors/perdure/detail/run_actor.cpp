@@ -979,7 +979,7 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
     // Not left for the next process start: housekeeping revives it (a run
     // that fails its actor every time ends at max_recovery_attempts).
     self->state.rt->run_stopped(self->state.run_id(), std::nullopt);
-    self->state.rt->orphaned(self->state.run_id());
+    self->state.rt->orphaned(self->state.run_id(), true);
     return caf::sec::runtime_error;
   });
   // runtime::stop() sends every run an exit: a run whose body still runs

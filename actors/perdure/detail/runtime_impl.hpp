@@ -141,8 +141,9 @@ public:
   /// Run `id` should run here but has no actor (its actor stopped on a
   /// store failure or an exception, or its creation was in doubt):
   /// housekeeping revives it within `orphan_retry` (longer while the store
-  /// keeps failing).
-  void orphaned(const std::string& id);
+  /// keeps failing). `crashed`: its actor failed (an exception), which
+  /// counts against `max_recovery_attempts`; a store outage does not.
+  void orphaned(const std::string& id, bool crashed = false);
 
   /// A write of run `id` at `epoch` was fenced: another process claimed
   /// it, and this process never runs or revives it again (unless a newer
@@ -214,8 +215,9 @@ private:
   std::unordered_set<std::string> reviving_;
   /// Runs this process lost to another one: never run or revived again.
   std::unordered_set<std::string> fenced_;
-  /// Runs to revive, and when housekeeping may next try (steady clock).
-  std::unordered_set<std::string> orphans_;
+  /// Runs to revive (with whether their actor crashed), and when
+  /// housekeeping may next try (steady clock).
+  std::unordered_map<std::string, bool> orphans_;
   /// Another process started with this executor id (see check_ownership).
   bool superseded_ = false;
   std::chrono::steady_clock::time_point orphans_due_{};
