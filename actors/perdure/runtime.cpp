@@ -316,8 +316,10 @@ void runtime_impl::deadline_passed(const std::string& id) {
                  "trying again",
                  id, ex.what());
     std::lock_guard guard{active_mtx_};
-    if (running_)
-      timers->schedule({clock->now_ms() + 1000, id, deadline_seq});
+    if (deadline_retries_.empty())
+      deadline_retry_due_ = std::chrono::steady_clock::now()
+                            + std::chrono::seconds{1};
+    deadline_retries_.insert(id);
   }
 }
 
@@ -486,8 +488,15 @@ void runtime_impl::orphaned(const std::string& id, bool crashed) {
 
 void runtime_impl::housekeeping() {
   std::lock_guard guard{active_mtx_};
-  if (!running_ || orphans_.empty() || orphans_busy_
-      || std::chrono::steady_clock::now() < orphans_due_)
+  if (!running_)
+    return;
+  auto now = std::chrono::steady_clock::now();
+  if (!deadline_retries_.empty() && now >= deadline_retry_due_) {
+    for (auto& id : deadline_retries_)
+      control->post([this, id] { deadline_passed(id); });
+    deadline_retries_.clear();
+  }
+  if (orphans_.empty() || orphans_busy_ || now < orphans_due_)
     return;
   orphans_busy_ = true;
   control->post([this] { revive_orphans(); });

@@ -163,7 +163,8 @@ public:
   /// Throws `errc::fenced` if another process took this executor id over.
   void check_not_superseded() const;
 
-  /// Housekeeping, every `housekeeping_interval`: revives orphaned runs.
+  /// Housekeeping, every 100 ms: revives orphaned runs, retries failed
+  /// deadline cancellations.
   void housekeeping();
 
   /// Returns this runtime instance's random id (tells its own notices from
@@ -220,6 +221,10 @@ private:
   std::unordered_map<std::string, bool> orphans_;
   /// Another process started with this executor id (see check_ownership).
   bool superseded_ = false;
+  /// Runs whose deadline passed but whose cancellation failed (the store
+  /// failed): housekeeping tries again a second later, on real time.
+  std::unordered_set<std::string> deadline_retries_;
+  std::chrono::steady_clock::time_point deadline_retry_due_{};
   std::chrono::steady_clock::time_point orphans_due_{};
   std::chrono::milliseconds orphan_backoff_{0};
   bool orphans_busy_ = false;
