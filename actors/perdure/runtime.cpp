@@ -140,9 +140,12 @@ void runtime_impl::start() {
   system = std::make_unique<caf::actor_system>(*system_cfg);
   forget_caf_logger();
   timers = std::make_unique<timer_service>(clock, [this](const timer& t) {
-    if (t.seq == deadline_seq)
-      control->post([this, id = t.run_id] { deadline_passed(id); });
-    else
+    if (t.seq == deadline_seq) {
+      std::lock_guard guard{active_mtx_};
+      armed_deadlines_.erase(t.run_id);
+      if (running_)
+        control->post([this, id = t.run_id] { deadline_passed(id); });
+    } else
       wake(t.run_id, t.seq);
   });
   {
@@ -206,8 +209,10 @@ void runtime_impl::recover() {
   std::erase_if(runs, [&](const persistence::run_record& run) {
     if (!run.wake_at_ms || *run.wake_at_ms <= now)
       return false;
-    if (run.deadline_ms)
-      timers->schedule({*run.deadline_ms, run.id, deadline_seq});
+    if (run.deadline_ms) {
+      std::lock_guard guard{active_mtx_};
+      arm_deadline(run.id, *run.deadline_ms);
+    }
     if (*run.wake_at_ms < passivated_forever)
       timers->schedule({*run.wake_at_ms, run.id, -1});
     return true;
@@ -374,10 +379,10 @@ std::uint64_t runtime_impl::wake_count(const std::string& id) const {
 }
 
 bool runtime_impl::finish_passivation(const std::string& id,
-                                      std::uint64_t seen) {
+                                      std::int64_t epoch, std::uint64_t seen) {
   std::lock_guard guard{active_mtx_};
   auto i = active_.find(id);
-  if (i == active_.end() || i->second.wakes != seen)
+  if (i == active_.end() || i->second.epoch != epoch || i->second.wakes != seen)
     return false;
   active_.erase(i);
   return true;
@@ -456,7 +461,7 @@ void runtime_impl::spawn_run(persistence::run_record run,
     active_.erase(i);
   }
   if (run.deadline_ms)
-    timers->schedule({*run.deadline_ms, run.id, deadline_seq});
+    arm_deadline(run.id, *run.deadline_ms);
   auto id = run.id;
   auto epoch = run.owner.epoch;
   active_.emplace(std::move(id),
@@ -464,6 +469,11 @@ void runtime_impl::spawn_run(persistence::run_record run,
                                              std::move(journal)),
                              0, epoch});
   forget_caf_logger();
+}
+
+void runtime_impl::arm_deadline(const std::string& id, std::int64_t due_ms) {
+  if (armed_deadlines_.insert(id).second)
+    timers->schedule({due_ms, id, deadline_seq});
 }
 
 void runtime_impl::check_not_superseded() const {
@@ -535,9 +545,11 @@ void runtime_impl::fenced_from(const std::string& id, std::int64_t epoch) {
   orphans_.erase(id);
 }
 
-bool runtime_impl::owns(const std::string& id) const {
+bool runtime_impl::owns(const std::string& id, std::int64_t epoch) const {
   std::lock_guard guard{active_mtx_};
-  return fenced_.count(id) == 0;
+  auto i = active_.find(id);
+  return i != active_.end() && i->second.epoch == epoch
+         && fenced_.count(id) == 0;
 }
 
 void runtime_impl::check_ownership() {
@@ -586,10 +598,15 @@ void runtime_impl::check_ownership() {
 }
 
 void runtime_impl::run_stopped(const std::string& id,
-                               std::optional<run_outcome> outcome) {
+                               std::optional<run_outcome> outcome,
+                               std::int64_t epoch) {
   {
+    // Only the copy that stops leaves: an older copy replaced by a newer
+    // claim must not take the newer one's place with it.
     std::lock_guard guard{active_mtx_};
-    active_.erase(id);
+    auto i = active_.find(id);
+    if (i != active_.end() && (epoch < 0 || i->second.epoch == epoch))
+      active_.erase(i);
   }
   if (!outcome)
     return;

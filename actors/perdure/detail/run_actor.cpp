@@ -551,7 +551,7 @@ struct run_state : run_core {
   /// Leaves memory after a passivation write, unless woken meanwhile.
   void leave_or_stay(std::int32_t seq, std::int64_t wake_at,
                      std::uint64_t seen) {
-    if (op && op->seq == seq && rt->finish_passivation(run_id_, seen)) {
+    if (op && op->seq == seq && rt->finish_passivation(run_id_, epoch, seen)) {
       if (wake_at != passivated_forever)
         rt->timers->schedule({wake_at, run_id_, -1});
       spdlog::debug("perdure: run {} passivated", run_id_);
@@ -594,6 +594,19 @@ struct run_state : run_core {
     rt->orphaned(run_id_);
   }
 
+  /// The actor failed (an exception in a handler): stops as `stop` does
+  /// and has housekeeping revive the run, counted as a recovery.
+  void crash() {
+    rt->run_stopped(run_id_, std::nullopt, epoch);
+    rt->orphaned(run_id_, true);
+    leave();
+  }
+
+  /// Handles one message (see `run_behavior`).
+  void handle(std::int32_t kind, std::int32_t seq, std::int32_t a,
+              std::int32_t b, std::int64_t c, std::string& payload,
+              std::string& error);
+
   /// The wake-up time is cleared; a passivation that waited for it goes on.
   void on_awake() {
     waking = false;
@@ -628,7 +641,7 @@ struct run_state : run_core {
                        proto = entry_for(seq), rt = rt]() mutable {
         // Right before the body: a process that lost the run to another
         // one, or is stopping, runs none of its steps any more.
-        if (!rt->owns(proto.run_id) || !rt->running()) {
+        if (!rt->owns(proto.run_id, fence.epoch) || !rt->running()) {
           send_signal(me, run_signal::drop, seq);
           return;
         }
@@ -664,7 +677,7 @@ struct run_state : run_core {
       auto send_failure = [&](persistence::outcome o, const char* what) {
         send_outcome(me, seq, o, {}, what, false);
       };
-      if (!rt->owns(checkpoint.run_id) || !rt->running()) {
+      if (!rt->owns(checkpoint.run_id, fence.epoch) || !rt->running()) {
         send_signal(me, run_signal::drop, seq);
         return;
       }
@@ -687,7 +700,11 @@ struct run_state : run_core {
         send_outcome(me, seq, e.outcome, std::move(e.payload),
                      std::move(e.error), true);
       } catch (const perdure::error& ex) {
-        if (outage(ex.code()))
+        // An outage restarts an event (Perdure's own row). A transactional
+        // step spends an attempt: the user's SQL can fail in ways that look
+        // like an outage (a deadlock every time, an idle-session timeout),
+        // and its retry policy must bound them.
+        if (is_event && outage(ex.code()))
           send_signal(me, run_signal::restart, seq);
         else
           send_failure(persistence::outcome::failed, ex.what());
@@ -902,7 +919,7 @@ struct run_state : run_core {
 
   void stop(std::optional<run_outcome> outcome) {
     auto ended = outcome.has_value();
-    rt->run_stopped(run_id_, std::move(outcome));
+    rt->run_stopped(run_id_, std::move(outcome), epoch);
     if (ended && parent_id)
       rt->wake(*parent_id, -1); // a parent may be waiting for this end
     leave();
@@ -978,7 +995,8 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
     }
     // Not left for the next process start: housekeeping revives it (a run
     // that fails its actor every time ends at max_recovery_attempts).
-    self->state.rt->run_stopped(self->state.run_id(), std::nullopt);
+    self->state.rt->run_stopped(self->state.run_id(), std::nullopt,
+                                self->state.epoch);
     self->state.rt->orphaned(self->state.run_id(), true);
     return caf::sec::runtime_error;
   });
@@ -1001,39 +1019,53 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
           self->quit();
         return;
       }
-      if (kind >= signal_base) {
-        switch (static_cast<run_signal>(kind - signal_base)) {
-          case run_signal::start: st.start_code(); break;
-          case run_signal::retry: st.on_retry(seq); break;
-          case run_signal::fenced: st.lost_ownership(); break;
-          case run_signal::wake: st.on_wake(seq); break;
-          case run_signal::cancel: st.on_cancel(); break;
-          case run_signal::ended: st.on_ended(seq); break;
-          case run_signal::restart: st.restart(); break;
-          case run_signal::drop: st.stop(std::nullopt); break;
-        }
-        return;
-      }
-      switch (static_cast<reply>(kind)) {
-        case reply::outcome:
-          st.on_outcome(seq, a, std::move(payload), std::move(error), b != 0);
-          break;
-        case reply::durable:
-          st.on_durable(seq, b, a, std::move(payload), std::move(error));
-          break;
-        case reply::found:
-          st.on_found(seq, b != not_found, b, c, a, std::move(payload),
-                      std::move(error));
-          break;
-        case reply::passive:
-          st.on_passive(seq, a != 0, c, std::stoull(payload));
-          break;
-        case reply::awake:
-          st.on_awake();
-          break;
+      try {
+        st.handle(kind, seq, a, b, c, payload, error);
+      } catch (const std::exception& ex) {
+        // Caught here, not by CAF: CAF would end the actor at once, and
+        // with it the frame a step body in flight may still use.
+        spdlog::error("perdure: run {} actor failed: {}", st.run_id(),
+                      ex.what());
+        st.crash();
       }
     },
   };
+}
+
+void run_state::handle(std::int32_t kind, std::int32_t seq, std::int32_t a,
+                       std::int32_t b, std::int64_t c, std::string& payload,
+                       std::string& error) {
+  if (kind >= signal_base) {
+    switch (static_cast<run_signal>(kind - signal_base)) {
+      case run_signal::start: start_code(); break;
+      case run_signal::retry: on_retry(seq); break;
+      case run_signal::fenced: lost_ownership(); break;
+      case run_signal::wake: on_wake(seq); break;
+      case run_signal::cancel: on_cancel(); break;
+      case run_signal::ended: on_ended(seq); break;
+      case run_signal::restart: restart(); break;
+      case run_signal::drop: stop(std::nullopt); break;
+    }
+    return;
+  }
+  switch (static_cast<reply>(kind)) {
+    case reply::outcome:
+      on_outcome(seq, a, std::move(payload), std::move(error), b != 0);
+      break;
+    case reply::durable:
+      on_durable(seq, b, a, std::move(payload), std::move(error));
+      break;
+    case reply::found:
+      on_found(seq, b != not_found, b, c, a, std::move(payload),
+               std::move(error));
+      break;
+    case reply::passive:
+      on_passive(seq, a != 0, c, std::stoull(payload));
+      break;
+    case reply::awake:
+      on_awake();
+      break;
+  }
 }
 
 } // namespace

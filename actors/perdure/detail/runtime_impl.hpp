@@ -123,7 +123,8 @@ public:
 
   /// Drops the actor of run `id` from the active runs unless it was woken
   /// since `seen` wake-ups; returns whether it was dropped.
-  bool finish_passivation(const std::string& id, std::uint64_t seen);
+  bool finish_passivation(const std::string& id, std::int64_t epoch,
+                          std::uint64_t seen);
 
   /// Claims run `id` (a new epoch: any other copy is fenced) and spawns its
   /// actor replaying its journal, if it is a PENDING run of this executor
@@ -150,9 +151,11 @@ public:
   /// claim of this process is under way: then an older copy was fenced).
   void fenced_from(const std::string& id, std::int64_t epoch);
 
-  /// Returns whether this process may still run run `id` (it was not
-  /// fenced from it). Checked right before a step body runs.
-  bool owns(const std::string& id) const;
+  /// Returns whether this process still runs run `id` at `epoch`: its
+  /// actor at that epoch is the one in memory (not stopped, not replaced by
+  /// a newer claim) and no other process took it. Checked right before a
+  /// step body runs.
+  bool owns(const std::string& id, std::int64_t epoch) const;
 
   /// Another process with this executor id claimed its runs: stops the
   /// actors of the runs this process lost, and from then on this runtime
@@ -175,7 +178,8 @@ public:
 
   /// Called by a run actor when it stops; `outcome` is set if the run ended
   /// (its final status committed).
-  void run_stopped(const std::string& id, std::optional<run_outcome> outcome);
+  void run_stopped(const std::string& id, std::optional<run_outcome> outcome,
+                   std::int64_t epoch = -1);
 
   /// Waits for the in-process end of run `id` (up to `timeout`). Returns
   /// nothing on timeout. The caller re-reads the store afterwards.
@@ -196,6 +200,8 @@ private:
 
   void recover();
   void revive_orphans();
+  /// Arms run `id`'s deadline timer unless armed (under active_mtx_).
+  void arm_deadline(const std::string& id, std::int64_t due_ms);
   void on_notice(const std::string& notice);
 
   std::string instance_;
@@ -221,6 +227,9 @@ private:
   std::unordered_map<std::string, bool> orphans_;
   /// Another process started with this executor id (see check_ownership).
   bool superseded_ = false;
+  /// Runs whose deadline timer is armed (one timer per run, however often
+  /// it is spawned).
+  std::unordered_set<std::string> armed_deadlines_;
   /// Runs whose deadline passed but whose cancellation failed (the store
   /// failed): housekeeping tries again a second later, on real time.
   std::unordered_set<std::string> deadline_retries_;
