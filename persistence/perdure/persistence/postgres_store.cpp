@@ -403,25 +403,34 @@ void postgres_store::connect() {
   // commit (what a lone workflow's latency needs). The fence locks the owned run rows FOR SHARE, so a concurrent
   // takeover (which bumps the epoch) either waits for this commit or makes
   // this statement see its epoch.
-  c->prepare("write_batch",
-             "WITH owned AS (" + fence_sql + "), "
-                 "appended AS (INSERT INTO "
-               + s
-               + "journal (run_id, seq, kind, name, outcome, payload, error, "
-                 "created_at) SELECT j.run_id, j.seq, j.kind, j.name, "
-                 "j.outcome, decode(j.payload, 'hex'), j.error, j.created_at "
-                 "FROM unnest($4::text[], $5::int[], $6::text[], $7::text[], "
-                 "$8::smallint[], $9::text[], $10::text[], $11::bigint[], "
-                 "$3::bigint[]) AS j(run_id, seq, kind, name, outcome, "
-                 "payload, error, created_at, epoch) WHERE (j.run_id, "
-                 "j.epoch) IN (SELECT id, epoch FROM owned) ON CONFLICT "
-                 "(run_id, seq) DO NOTHING RETURNING 1), "
-                 "completed AS ("
-               + complete_sql(s, 12) + "), " + wake_parents_sql(s)
-               + ", created AS (" + create_runs_sql(s, 19)
-               + ") SELECT 'a', epoch::text || ':' || id FROM owned UNION ALL "
-                 "SELECT 'c', id FROM completed UNION ALL SELECT 'n', id FROM "
-                 "created UNION ALL SELECT 'i', count(*)::text FROM appended");
+  // Two shapes: without creations (the hot path: a lone workflow's steps),
+  // and with them (starts sharing a batch with steps), so the hot statement
+  // does not carry ten empty arrays through one more INSERT.
+  auto batch_sql = [&](bool creating) {
+    return "WITH owned AS (" + fence_sql + "), "
+           "appended AS (INSERT INTO "
+           + s
+           + "journal (run_id, seq, kind, name, outcome, payload, error, "
+             "created_at) SELECT j.run_id, j.seq, j.kind, j.name, "
+             "j.outcome, decode(j.payload, 'hex'), j.error, j.created_at "
+             "FROM unnest($4::text[], $5::int[], $6::text[], $7::text[], "
+             "$8::smallint[], $9::text[], $10::text[], $11::bigint[], "
+             "$3::bigint[]) AS j(run_id, seq, kind, name, outcome, "
+             "payload, error, created_at, epoch) WHERE (j.run_id, "
+             "j.epoch) IN (SELECT id, epoch FROM owned) ON CONFLICT "
+             "(run_id, seq) DO NOTHING RETURNING 1), "
+             "completed AS ("
+           + complete_sql(s, 12) + "), " + wake_parents_sql(s)
+           + (creating ? ", created AS (" + create_runs_sql(s, 19) + ")"
+                       : std::string{})
+           + " SELECT 'a', epoch::text || ':' || id FROM owned UNION ALL "
+             "SELECT 'c', id FROM completed UNION ALL "
+           + (creating ? "SELECT 'n', id FROM created UNION ALL "
+                       : std::string{})
+           + "SELECT 'i', count(*)::text FROM appended";
+  };
+  c->prepare("write_batch", batch_sql(false));
+  c->prepare("write_batch_creating", batch_sql(true));
   c->prepare("complete_runs", "WITH completed AS (" + complete_sql(s, 1)
                                 + "), " + wake_parents_sql(s)
                                 + " SELECT id FROM completed");
@@ -946,14 +955,25 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
       }
     }
     pqxx::nontransaction w{*conn_};
-    for (const auto& row : w.exec_prepared(
-           "write_batch", f_ids.str(), f_execs.str(), f_epochs.str(), ids.str(),
-           seqs.str(), kinds.str(), names.str(), outcomes.str(), payloads.str(),
-           errors.str(), ats.str(), c_ids.str(), c_execs.str(), c_epochs.str(),
-           c_status.str(), c_out.str(), c_err.str(), c_at.str(), n.ids.str(),
-           n.names.str(), n.statuses.str(), n.inputs.str(), n.execs.str(),
-           n.epochs.str(), n.versions.str(), n.ats.str(), n.parents.str(),
-           n.deadlines.str())) {
+    auto rows = batch.creates.empty()
+                  ? w.exec_prepared("write_batch", f_ids.str(), f_execs.str(),
+                                    f_epochs.str(), ids.str(), seqs.str(),
+                                    kinds.str(), names.str(), outcomes.str(),
+                                    payloads.str(), errors.str(), ats.str(),
+                                    c_ids.str(), c_execs.str(), c_epochs.str(),
+                                    c_status.str(), c_out.str(), c_err.str(),
+                                    c_at.str())
+                  : w.exec_prepared(
+                      "write_batch_creating", f_ids.str(), f_execs.str(),
+                      f_epochs.str(), ids.str(), seqs.str(), kinds.str(),
+                      names.str(), outcomes.str(), payloads.str(), errors.str(),
+                      ats.str(), c_ids.str(), c_execs.str(), c_epochs.str(),
+                      c_status.str(), c_out.str(), c_err.str(), c_at.str(),
+                      n.ids.str(), n.names.str(), n.statuses.str(),
+                      n.inputs.str(), n.execs.str(), n.epochs.str(),
+                      n.versions.str(), n.ats.str(), n.parents.str(),
+                      n.deadlines.str());
+    for (const auto& row : rows) {
       auto tag = row[0].as<std::string>();
       auto value = row[1].as<std::string>();
       if (tag == "a")
