@@ -547,8 +547,10 @@ void runtime_impl::fenced_from(const std::string& id, std::int64_t epoch) {
 
 bool runtime_impl::owns(const std::string& id, std::int64_t epoch) const {
   std::lock_guard guard{active_mtx_};
+  // Superseded: another process took this executor id's runs; until
+  // check_ownership has told which ones, none is ours to run.
   auto i = active_.find(id);
-  return i != active_.end() && i->second.epoch == epoch
+  return !superseded_ && i != active_.end() && i->second.epoch == epoch
          && fenced_.count(id) == 0;
 }
 

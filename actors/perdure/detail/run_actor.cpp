@@ -681,13 +681,17 @@ struct run_state : run_core {
         send_signal(me, run_signal::drop, seq);
         return;
       }
+      auto body_ran = false;
       try {
         auto& pool = is_event ? *rt->stores : *rt->tx_stores;
         auto recorded = pool.with([&](persistence::store& db) {
           if (is_event) // Perdure's own row, with its checkpoint
             return db.record_event(fence, checkpoint, checkpoint.name,
                                    checkpoint.payload);
-          return db.run_transaction(fence, checkpoint, body);
+          return db.run_transaction(fence, checkpoint, [&](sql_session& s) {
+            body_ran = true;
+            return body(s);
+          });
         });
         if (!recorded) {
           send_signal(me, run_signal::fenced, seq);
@@ -700,11 +704,12 @@ struct run_state : run_core {
         send_outcome(me, seq, e.outcome, std::move(e.payload),
                      std::move(e.error), true);
       } catch (const perdure::error& ex) {
-        // An outage restarts an event (Perdure's own row). A transactional
-        // step spends an attempt: the user's SQL can fail in ways that look
-        // like an outage (a deadlock every time, an idle-session timeout),
-        // and its retry policy must bound them.
-        if (is_event && outage(ex.code()))
+        // A store that could not be reached before the user's SQL ran
+        // restarts the run (no attempt spent). Once the body ran, an
+        // outage-like failure spends an attempt: the user's SQL can fail
+        // in ways that look like one (a deadlock every time, an
+        // idle-session timeout), and its retry policy must bound them.
+        if (outage(ex.code()) && !body_ran)
           send_signal(me, run_signal::restart, seq);
         else
           send_failure(persistence::outcome::failed, ex.what());
