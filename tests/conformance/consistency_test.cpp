@@ -214,3 +214,25 @@ TEST_F(store_test, a_row_perdure_cannot_have_written_comes_back_unreadable) {
     EXPECT_NE(j[i].error.find(why[i - 1]), std::string::npos) << j[i].error;
   }
 }
+
+TEST_F(store_test, a_batch_holding_two_copies_of_a_run_accepts_the_current_one) {
+  // An actor replaced in memory by a newer claim may still have a write in
+  // the same batch as its successor: the fence tells them apart by epoch,
+  // in one statement and in PostgreSQL's COPY path alike.
+  store_->create_run(make_run("r"));
+  ASSERT_TRUE(store_->claim_run("r", "exec-a", false)); // now at epoch 2
+  for (int appends : {1, 20}) { // 2 and 40 appends in all
+    write_batch batch;
+    for (int i = 0; i < appends; ++i) {
+      auto seq = 100 * appends + 2 * i;
+      batch.appends.push_back(append("r", seq, {"exec-a", 1}, "stale"));
+      batch.appends.push_back(append("r", seq + 1, {"exec-a", 2}, "current"));
+    }
+    auto result = store_->write_batch(batch);
+    for (std::size_t i = 0; i < batch.appends.size(); ++i)
+      EXPECT_EQ(result.appends[i], i % 2 == 1) << appends << " / " << i;
+  }
+  for (auto& e : store_->load_journals({"r"}))
+    EXPECT_EQ(e.payload, "current") << "seq " << e.seq;
+  EXPECT_EQ(store_->load_journals({"r"}).size(), 21u);
+}

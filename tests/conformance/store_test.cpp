@@ -91,10 +91,13 @@ TEST_F(store_test, a_one_megabyte_payload_round_trips) {
   EXPECT_EQ(store_->get_run("big")->inputs, big);
 }
 
-TEST_F(store_test, create_runs_inserts_new_ids_in_one_go_and_reports_taken_ones) {
+TEST_F(store_test, a_batch_creates_new_ids_and_reports_taken_ones) {
   ASSERT_TRUE(store_->create_run(make_run("old", "{\"value\":9}")).created);
-  auto created = store_->create_runs({make_run("a"), make_run("old"),
-                                      make_run("b"), make_run("a")});
+  auto create = [&](std::vector<run_record> runs) {
+    return store_->write_batch({.creates = std::move(runs)}).created;
+  };
+  auto created = create({make_run("a"), make_run("old"), make_run("b"),
+                         make_run("a")});
   EXPECT_EQ(created, (std::vector<bool>{true, false, true, false}));
   EXPECT_EQ(store_->get_run("old")->inputs, "{\"value\":9}")
     << "a taken id keeps its run";
@@ -102,9 +105,9 @@ TEST_F(store_test, create_runs_inserts_new_ids_in_one_go_and_reports_taken_ones)
   EXPECT_EQ(store_->get_run("b")->owner, (fence{"exec-a", 1}));
   // Injection-like ids are data.
   auto odd = make_run("x'); DROP TABLE runs; --");
-  EXPECT_EQ(store_->create_runs({odd}), std::vector<bool>{true});
+  EXPECT_EQ(create({odd}), std::vector<bool>{true});
   EXPECT_TRUE(store_->get_run(odd.id).has_value());
-  EXPECT_TRUE(store_->create_runs({}).empty());
+  EXPECT_TRUE(create({}).empty());
 }
 
 TEST_F(store_test, journals_load_in_run_and_seq_order) {

@@ -640,8 +640,9 @@ struct run_state : run_core {
                        writer = rt->writer.get(), fence = owner(),
                        proto = entry_for(seq), rt = rt]() mutable {
         // Right before the body: a process that lost the run to another
-        // one, or is stopping, runs none of its steps any more.
-        if (!rt->owns(proto.run_id, fence.epoch) || !rt->running()) {
+        // one, or is stopping (stop() empties the active runs), runs none
+        // of its steps any more.
+        if (!rt->owns(proto.run_id, fence.epoch)) {
           send_signal(me, run_signal::drop, seq);
           return;
         }
@@ -677,7 +678,7 @@ struct run_state : run_core {
       auto send_failure = [&](persistence::outcome o, const char* what) {
         send_outcome(me, seq, o, {}, what, false);
       };
-      if (!rt->owns(checkpoint.run_id, fence.epoch) || !rt->running()) {
+      if (!rt->owns(checkpoint.run_id, fence.epoch)) {
         send_signal(me, run_signal::drop, seq);
         return;
       }

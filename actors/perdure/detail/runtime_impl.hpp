@@ -153,8 +153,8 @@ public:
 
   /// Returns whether this process still runs run `id` at `epoch`: its
   /// actor at that epoch is the one in memory (not stopped, not replaced by
-  /// a newer claim) and no other process took it. Checked right before a
-  /// step body runs.
+  /// a newer claim; false once stopping) and no other process took it.
+  /// Checked right before a step body runs.
   bool owns(const std::string& id, std::int64_t epoch) const;
 
   /// Another process with this executor id claimed its runs: stops the

@@ -537,22 +537,6 @@ create_result postgres_store::create_run(const run_record& run) {
   });
 }
 
-std::vector<bool>
-postgres_store::create_runs(const std::vector<run_record>& runs) {
-  creation_arrays a{runs};
-  return with_retry([&] {
-    pqxx::nontransaction w{*conn_};
-    std::unordered_set<std::string> inserted;
-    for (const auto& row :
-         w.exec_prepared("create_runs", a.ids.str(), a.names.str(),
-                         a.statuses.str(), a.inputs.str(), a.execs.str(),
-                         a.epochs.str(), a.versions.str(), a.ats.str(),
-                         a.parents.str(), a.deadlines.str()))
-      inserted.insert(row[0].as<std::string>());
-    return created_flags(runs, inserted);
-  });
-}
-
 std::optional<create_result>
 postgres_store::create_child(const fence& parent, const run_record& child) {
   auto deadline = child.deadline_ms ? std::to_string(*child.deadline_ms)

@@ -444,16 +444,6 @@ create_result sqlite_store::create_run(const run_record& run) {
   });
 }
 
-std::vector<bool> sqlite_store::create_runs(const std::vector<run_record>& runs) {
-  return in_transaction([&] {
-    std::vector<bool> created;
-    created.reserve(runs.size());
-    for (auto& run : runs)
-      created.push_back(insert_run(run));
-    return created;
-  });
-}
-
 std::optional<create_result>
 sqlite_store::create_child(const fence& parent, const run_record& child) {
   return in_transaction([&]() -> std::optional<create_result> {

@@ -29,7 +29,6 @@ public:
   void migrate() override;
   int schema_version() override;
   create_result create_run(const run_record& run) override;
-  std::vector<bool> create_runs(const std::vector<run_record>& runs) override;
   std::optional<create_result> create_child(const fence& parent,
                                             const run_record& child) override;
   std::optional<run_record> claim_run(std::string_view id,

@@ -48,12 +48,6 @@ public:
   /// Inserts `run` unless a run with its id exists; returns what is stored.
   virtual create_result create_run(const run_record& run) = 0;
 
-  /// Inserts, in one transaction, each of `runs` whose id is new; returns
-  /// for each whether this call inserted it (`false`: the id was taken, by
-  /// an earlier run or by an earlier run in the same list).
-  virtual std::vector<bool> create_runs(const std::vector<run_record>& runs)
-    = 0;
-
   /// Creates `child`, a run started by run `child.parent_id` (owned by
   /// `parent`), in one transaction with the parent's fence check: a process
   /// that lost the parent creates nothing. Returns nothing if fenced, else
