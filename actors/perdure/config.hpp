@@ -18,9 +18,13 @@ struct config {
   std::string database_url = "sqlite://perdure.db";
   /// PostgreSQL schema holding Perdure's tables.
   std::string schema = "perdure";
-  /// Identity of this process. A restarted process with the same id recovers
-  /// the runs its predecessor left PENDING.
-  std::string executor_id = "local";
+  /// Identity of this process, held as a lease in the store: two live
+  /// processes never share one (the second `start()` fails with
+  /// `executor_in_use`). Empty (the default): `<host>-<pid>-<random>`, a
+  /// new id per process; when a process dies, the others take its runs
+  /// over. Give a fixed id to have a restarted process recover its own
+  /// runs at once.
+  std::string executor_id;
   /// Recorded with every run; useful when code changes between deploys.
   std::string app_version;
   /// How payloads are written (reading accepts both).
@@ -51,6 +55,11 @@ struct config {
   /// (actor stopped, coroutine frame destroyed) and brought back by its
   /// timer or by a delivery, through replay.
   std::chrono::milliseconds passivate_after{10'000};
+  /// How long a runtime may miss heartbeats (stalled, cut off from the
+  /// database) before others take its runs over; a holder that died is
+  /// seen at once on PostgreSQL (its session lock goes with it) and its
+  /// runs are taken over within about a second.
+  std::chrono::milliseconds lease_timeout{10'000};
   /// How often a handle waiting on a run owned by another process polls.
   std::chrono::milliseconds poll_interval{100};
   /// How soon a run left without an actor while the process lives (its

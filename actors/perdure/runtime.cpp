@@ -6,6 +6,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <future>
 #include <random>
 #include <thread>
@@ -62,6 +65,14 @@ saturating_deadline(std::chrono::milliseconds timeout) {
   return timeout >= room ? clock::time_point::max() : now + timeout;
 }
 
+/// Returns how often a runtime renews its lease: a quarter of its timeout,
+/// at most every 250 ms (a dead holder is declared lapsed after missing a
+/// second of them, so this bounds how soon its runs are taken over).
+std::chrono::milliseconds heartbeat_interval(const config& cfg) {
+  return std::clamp(cfg.lease_timeout / 4, std::chrono::milliseconds{10},
+                    std::chrono::milliseconds{250});
+}
+
 } // namespace
 
 // -- runtime_impl ---------------------------------------------------------------
@@ -80,9 +91,26 @@ void forget_caf_logger() {
 
 namespace detail {
 
-runtime_impl::runtime_impl(config c)
-  : cfg(std::move(c)), clock(cfg.clock ? cfg.clock : perdure::system_clock()),
+namespace {
+
+/// Returns `<host>-<pid>-<random>`: the default executor id, new for every
+/// process (see `config::executor_id`).
+std::string process_executor_id() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+    std::snprintf(host, sizeof host, "host");
+  return std::string{host} + "-" + std::to_string(::getpid()) + "-"
+         + random_id().substr(20);
+}
+
+} // namespace
+
+runtime_impl::runtime_impl(config c, bool client)
+  : cfg(std::move(c)), client_mode(client),
+    clock(cfg.clock ? cfg.clock : perdure::system_clock()),
     instance_(random_id()) {
+  if (cfg.executor_id.empty())
+    cfg.executor_id = process_executor_id();
 }
 
 runtime_impl::~runtime_impl() {
@@ -92,7 +120,8 @@ runtime_impl::~runtime_impl() {
 persistence::store_options runtime_impl::store_options() const {
   return {.url = cfg.database_url,
           .schema = cfg.schema,
-          .retry_budget = cfg.db_retry_budget};
+          .retry_budget = cfg.db_retry_budget,
+          .lease_epoch = lease_epoch_};
 }
 
 bool runtime_impl::running() const {
@@ -114,12 +143,43 @@ runtime_impl::client_call::~client_call() {
     rt_.clients_done_.notify_all();
 }
 
-void runtime_impl::start() {
-  if (running())
-    return;
+void runtime_impl::start_client() {
   auto opts = store_options();
   control_ = persistence::open_store(opts);
   control_->migrate();
+  stores = std::make_unique<store_pool>(opts, cfg.pooled_connections);
+  std::lock_guard guard{active_mtx_};
+  running_ = true;
+}
+
+void runtime_impl::start() {
+  if (running())
+    return;
+  if (client_mode) {
+    start_client();
+    return;
+  }
+  auto opts = store_options();
+  control_ = persistence::open_store(opts);
+  control_->migrate();
+  filter_.names.clear();
+  for (auto& [name, entry] : workflows)
+    filter_.names.push_back(name);
+  filter_.app_version = cfg.app_version;
+  try {
+    // First the lease: a second process with this id changes nothing.
+    lease_store_ = persistence::open_store(opts);
+    lease_epoch_->store(lease_store_->acquire_lease(
+      {.executor = cfg.executor_id,
+       .instance = instance_,
+       .app_version = cfg.app_version,
+       .timeout_ms = cfg.lease_timeout.count()}));
+  } catch (...) {
+    lease_store_.reset();
+    std::lock_guard guard{control_mtx_};
+    control_.reset();
+    throw;
+  }
   std::vector<std::unique_ptr<persistence::store>> journal;
   auto writers = std::string_view{control_->dialect()} == "sqlite"
                    ? std::size_t{1}
@@ -157,6 +217,8 @@ void runtime_impl::start() {
     opts, [this](const std::string& notice) { on_notice(notice); });
   housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},
                                           [this] { housekeeping(); });
+  heartbeat_ = std::make_unique<ticker>(heartbeat_interval(cfg),
+                                        [this] { heartbeat(); });
 }
 
 void runtime_impl::on_notice(const std::string& notice) {
@@ -176,33 +238,28 @@ void runtime_impl::on_notice(const std::string& notice) {
     }
   } else if (notice.size() > 2 && notice[0] == 'c') {
     control->post([this, id = notice.substr(2)] { cancelled(id); });
-  } else if (notice.size() > 2 && notice[0] == 'k') {
-    // k:<instance>:<executor>: a start claimed that executor's runs. If it
-    // is ours and the start was not, another process took our runs.
-    auto sep = notice.find(':', 2);
-    if (sep != std::string::npos
-        && notice.compare(2, sep - 2, instance_) != 0
-        && notice.compare(sep + 1, std::string::npos, cfg.executor_id) == 0) {
-      if (!superseded_)
-        spdlog::error("perdure: another process started with executor id "
-                      "'{}' and took its runs; this runtime claims and "
-                      "starts nothing any more (give each process its own "
-                      "executor id)",
-                      cfg.executor_id);
-      superseded_ = true; // under active_mtx_: no revival claims after this
-      control->post([this] { check_ownership(); });
-    }
+  } else if (notice.size() > 2 && notice[0] == 'x') {
+    // x:<executor>: it lapsed or stopped; its runs are up for takeover.
+    take_over_locked(std::nullopt);
+  } else if (notice.size() > 2 && notice[0] == 'n') {
+    // n:<id>: a client started run <id>; whoever can run it adopts it.
+    take_over_locked(notice.substr(2));
   }
 }
 
 void runtime_impl::recover() {
-  auto now = clock->now_ms();
   auto runs = with_control([&](persistence::store& db) {
-    auto claimed = db.claim_pending_runs(cfg.executor_id, now);
-    if (!claimed.empty()) // a live process with our id must stop them now
-      db.notify("k:" + instance_ + ":" + cfg.executor_id);
-    return claimed;
+    return db.claim_pending_runs(cfg.executor_id, filter_, clock->now_ms());
   });
+  if (!runs.empty())
+    spdlog::info("perdure: recovering {} pending runs of executor '{}'",
+                 runs.size(), cfg.executor_id);
+  bring_in(std::move(runs));
+  take_over_now(std::nullopt); // what died with other processes meanwhile
+}
+
+void runtime_impl::bring_in(std::vector<persistence::run_record> runs) {
+  auto now = clock->now_ms();
   // Passivated runs stay out of memory: their timer brings them back (a
   // delivery marks the wake-up time 0, so those are loaded now). Deadlines
   // of runs in memory are armed by spawn_run.
@@ -217,17 +274,13 @@ void runtime_impl::recover() {
       timers->schedule({*run.wake_at_ms, run.id, -1});
     return true;
   });
-  if (runs.empty())
-    return;
-  spdlog::info("perdure: recovering {} pending runs of executor '{}'",
-               runs.size(), cfg.executor_id);
   constexpr std::size_t chunk = 512;
   for (std::size_t first = 0; first < runs.size(); first += chunk) {
     auto last = std::min(runs.size(), first + chunk);
     std::vector<std::string> ids;
     for (auto i = first; i < last; ++i)
       ids.push_back(runs[i].id);
-    auto entries = with_control(
+    auto entries = stores->with(
       [&](persistence::store& db) { return db.load_journals(ids); });
     std::unordered_map<std::string, std::vector<persistence::journal_entry>>
       journals;
@@ -238,6 +291,169 @@ void runtime_impl::recover() {
       spawn_run(std::move(runs[i]), std::move(journal));
     }
   }
+}
+
+void runtime_impl::take_over(std::optional<std::string> only) {
+  std::lock_guard guard{active_mtx_};
+  take_over_locked(std::move(only));
+}
+
+void runtime_impl::take_over_locked(std::optional<std::string> only) {
+  if (!running_ || client_mode || lease_lost_)
+    return;
+  if (only) {
+    control->post([this, id = std::move(*only)] { take_over_now(id); });
+    return;
+  }
+  if (taking_over_) { // runs once more when the one under way ends
+    take_over_again_ = true;
+    return;
+  }
+  taking_over_ = true;
+  control->post([this] {
+    for (;;) {
+      take_over_now(std::nullopt);
+      std::lock_guard guard{active_mtx_};
+      if (!std::exchange(take_over_again_, false) || !running_) {
+        taking_over_ = false;
+        return;
+      }
+    }
+  });
+}
+
+void runtime_impl::take_over_now(std::optional<std::string> only) {
+  try {
+    // Each pass takes this process's share of what is left; passes go on
+    // while there is some, so live processes spread the runs between them.
+    for (int pass = 0; pass < 64; ++pass) {
+      {
+        std::lock_guard guard{active_mtx_};
+        if (!running_ || lease_lost_)
+          return;
+      }
+      auto runs = stores->with([&](persistence::store& db) {
+        return db.take_over(cfg.executor_id, filter_,
+                            only ? std::optional<std::string_view>{*only}
+                                 : std::nullopt,
+                            clock->now_ms());
+      });
+      if (runs.empty())
+        break;
+      if (!only)
+        spdlog::info("perdure: executor '{}' took over {} runs of stopped or "
+                     "lapsed executors",
+                     cfg.executor_id, runs.size());
+      bring_in(std::move(runs));
+      if (only)
+        return;
+    }
+    count_left();
+  } catch (const std::exception& ex) {
+    spdlog::warn("perdure: taking over runs failed ({}); trying again later",
+                 ex.what());
+  }
+}
+
+void runtime_impl::count_left() {
+  auto left = stores->with([&](persistence::store& db) {
+    return db.count_unclaimable(cfg.executor_id, filter_);
+  });
+  if (left_pending_.exchange(left) != left && left > 0)
+    spdlog::info("perdure: executor '{}' leaves {} PENDING runs to processes "
+                 "that can run them (their workflow is not registered here, "
+                 "or they were started by another app version)",
+                 cfg.executor_id, left);
+}
+
+void runtime_impl::heartbeat() {
+  bool lost = false;
+  {
+    std::lock_guard guard{active_mtx_};
+    if (!running_)
+      return;
+    lost = lease_lost_;
+  }
+  if (lost) {
+    regain_lease();
+    return;
+  }
+  std::optional<std::vector<std::string>> lapsed;
+  try {
+    lapsed = lease_store_->renew_lease(cfg.executor_id, lease_epoch_->load());
+  } catch (const std::exception& ex) {
+    spdlog::warn("perdure: executor '{}' could not renew its lease: {}",
+                 cfg.executor_id, ex.what());
+    return;
+  }
+  if (!lapsed) {
+    lose_lease();
+    return;
+  }
+  for (auto& id : *lapsed) {
+    try {
+      if (!lease_store_->lapse_executor(id))
+        continue; // another process declared it first
+      spdlog::warn("perdure: executor '{}' lapsed (its process died, or "
+                   "stalled past its lease): taking its runs over",
+                   id);
+      lease_store_->notify("x:" + id);
+      take_over();
+    } catch (const std::exception& ex) {
+      spdlog::warn("perdure: could not declare executor '{}' lapsed: {}", id,
+                   ex.what());
+    }
+  }
+  // Now and then, whatever is left for this process (runs whose workflow
+  // no live process had, runs a client started while no runtime heard).
+  if (++beats_ % 20 == 0)
+    take_over();
+}
+
+void runtime_impl::lose_lease() {
+  spdlog::error("perdure: executor '{}' lost its lease (this process stalled "
+                "or was cut off for longer than lease_timeout, and another "
+                "declared it lapsed): its runs stop here and nothing it "
+                "writes is accepted until it holds the lease again",
+                cfg.executor_id);
+  std::lock_guard guard{active_mtx_};
+  lease_lost_ = true;
+  for (auto& [id, a] : active_)
+    signal_run(a.actor, run_signal::drop, -1);
+  active_.clear();
+  orphans_.clear();
+}
+
+void runtime_impl::regain_lease() {
+  std::int64_t epoch = 0;
+  try {
+    epoch = lease_store_->acquire_lease({.executor = cfg.executor_id,
+                                         .instance = instance_,
+                                         .app_version = cfg.app_version,
+                                         .timeout_ms
+                                         = cfg.lease_timeout.count()});
+  } catch (const std::exception&) {
+    return; // held by another process now, or the store is away: later
+  }
+  lease_epoch_->store(epoch);
+  {
+    std::lock_guard guard{active_mtx_};
+    lease_lost_ = false;
+    fenced_.clear(); // a new epoch: whatever is still ours may run again
+    if (!running_)
+      return;
+    control->post([this] {
+      try {
+        recover();
+      } catch (const std::exception& ex) {
+        spdlog::warn("perdure: recovery after regaining the lease failed: {}",
+                     ex.what());
+      }
+    });
+  }
+  spdlog::warn("perdure: executor '{}' holds its lease again; it recovers "
+               "the runs nobody took over",
+               cfg.executor_id);
 }
 
 void runtime_impl::stop() {
@@ -254,6 +470,15 @@ void runtime_impl::stop() {
       return;
     running_ = false;
     clients_done_.wait(guard, [this] { return client_calls_ == 0; });
+  }
+  if (client_mode) {
+    stores.reset();
+    std::lock_guard guard{control_mtx_};
+    control_.reset();
+    return;
+  }
+  {
+    std::lock_guard guard{active_mtx_};
     for (auto& [id, a] : active_)
       actors.push_back(a.actor);
     active_.clear();
@@ -266,17 +491,31 @@ void runtime_impl::stop() {
   // runtime stopped and do nothing).
   listener.reset();
   housekeeper_.reset();
+  heartbeat_.reset();
   system->await_all_actors_done();
   timers.reset();
   steps.reset();
   control.reset();
   writer.reset();
+  release_lease(); // every write is in: others may take the rest over
   system.reset();
   system_cfg.reset();
   stores.reset();
   tx_stores.reset();
   std::lock_guard guard{control_mtx_};
   control_.reset();
+}
+
+void runtime_impl::release_lease() {
+  try {
+    lease_store_->release_lease(cfg.executor_id, lease_epoch_->load());
+    lease_store_->notify("x:" + cfg.executor_id);
+  } catch (const std::exception& ex) {
+    // It lapses by itself: the lock went with the connection.
+    spdlog::warn("perdure: executor '{}' could not give its lease up: {}",
+                 cfg.executor_id, ex.what());
+  }
+  lease_store_.reset();
 }
 
 void runtime_impl::announce(char kind, const std::string& id) {
@@ -359,8 +598,8 @@ bool runtime_impl::is_active(const std::string& id) const {
 
 void runtime_impl::wake(const std::string& id, std::int32_t seq) {
   std::lock_guard guard{active_mtx_};
-  if (!running_)
-    return;
+  if (!running_ || client_mode)
+    return; // a client has no runs in memory: announce() tells the owner
   auto i = active_.find(id);
   if (i != active_.end()) {
     ++i->second.wakes;
@@ -391,7 +630,7 @@ bool runtime_impl::finish_passivation(const std::string& id,
 void runtime_impl::revive(const std::string& id, bool count_attempt) {
   {
     std::lock_guard guard{active_mtx_};
-    if (!running_ || superseded_ || active_.count(id) > 0
+    if (!running_ || lease_lost_ || active_.count(id) > 0
         || fenced_.count(id) > 0 || !reviving_.insert(id).second)
       return;
   }
@@ -405,7 +644,7 @@ void runtime_impl::revive(const std::string& id, bool count_attempt) {
   } guard{*this, id};
   try {
     auto run = stores->with([&](persistence::store& db) {
-      return db.claim_run(id, cfg.executor_id, count_attempt);
+      return db.claim_run(id, cfg.executor_id, filter_, count_attempt);
     });
     if (!run)
       return; // ended, or not ours
@@ -448,8 +687,16 @@ void runtime_impl::spawn_run(persistence::run_record run,
     });
     return;
   }
+  if (workflows.count(run.name) == 0) {
+    // Claims filter these out; a run that slips through stays PENDING
+    // for a process that knows its workflow (never ERROR for lacking it).
+    spdlog::warn("perdure: run {} is of workflow '{}', not registered here; "
+                 "left PENDING",
+                 run.id, run.name);
+    return;
+  }
   std::lock_guard guard{active_mtx_};
-  if (!running_ || fenced_.count(run.id) > 0)
+  if (!running_ || lease_lost_ || fenced_.count(run.id) > 0)
     return;
   auto i = active_.find(run.id);
   if (i != active_.end()) {
@@ -476,14 +723,14 @@ void runtime_impl::arm_deadline(const std::string& id, std::int64_t due_ms) {
     timers->schedule({due_ms, id, deadline_seq});
 }
 
-void runtime_impl::check_not_superseded() const {
+void runtime_impl::check_lease() const {
   std::lock_guard guard{active_mtx_};
-  if (superseded_)
+  if (lease_lost_)
     throw perdure::error(errc::fenced,
-                         "another process started with executor id '"
-                           + cfg.executor_id
-                           + "' and took this runtime's runs over; give each "
-                             "process its own executor id");
+                         "executor '" + cfg.executor_id
+                           + "' lost its lease (this process stalled or was "
+                             "cut off past lease_timeout) and has not got it "
+                             "back");
 }
 
 void runtime_impl::orphaned(const std::string& id, bool crashed) {
@@ -547,56 +794,10 @@ void runtime_impl::fenced_from(const std::string& id, std::int64_t epoch) {
 
 bool runtime_impl::owns(const std::string& id, std::int64_t epoch) const {
   std::lock_guard guard{active_mtx_};
-  // Superseded: another process took this executor id's runs; until
-  // check_ownership has told which ones, none is ours to run.
+  // A lost lease: others may be running every run of ours.
   auto i = active_.find(id);
-  return !superseded_ && i != active_.end() && i->second.epoch == epoch
+  return !lease_lost_ && i != active_.end() && i->second.epoch == epoch
          && fenced_.count(id) == 0;
-}
-
-void runtime_impl::check_ownership() {
-  std::vector<std::string> ids;
-  std::vector<std::int64_t> epochs;
-  {
-    std::lock_guard guard{active_mtx_};
-    for (auto& [id, a] : active_) {
-      ids.push_back(id);
-      epochs.push_back(a.epoch);
-    }
-  }
-  try {
-    std::vector<std::string> lost;
-    constexpr std::size_t chunk = 1000;
-    for (std::size_t first = 0; first < ids.size(); first += chunk) {
-      auto last = std::min(ids.size(), first + chunk);
-      std::vector<std::string> some(ids.begin() + first, ids.begin() + last);
-      std::vector<std::int64_t> at(epochs.begin() + first,
-                                   epochs.begin() + last);
-      auto more = stores->with([&](persistence::store& db) {
-        return db.lost_runs(cfg.executor_id, some, at);
-      });
-      lost.insert(lost.end(), more.begin(), more.end());
-    }
-    if (!lost.empty())
-      spdlog::warn("perdure: another process with executor id '{}' took {} "
-                   "runs of this one; they stop here",
-                   cfg.executor_id, lost.size());
-    std::unordered_map<std::string, std::int64_t> seen;
-    for (std::size_t k = 0; k < ids.size(); ++k)
-      seen.emplace(ids[k], epochs[k]);
-    for (auto& id : lost) {
-      std::lock_guard guard{active_mtx_};
-      auto i = active_.find(id);
-      if (i != active_.end() && i->second.epoch != seen[id])
-        continue; // claimed again here meanwhile: that copy is current
-      fenced_.insert(id);
-      if (i != active_.end())
-        signal_run(i->second.actor, run_signal::drop, -1);
-    }
-  } catch (const std::exception& ex) {
-    spdlog::warn("perdure: could not check which runs are still ours: {}",
-                 ex.what());
-  }
 }
 
 void runtime_impl::run_stopped(const std::string& id,
@@ -737,10 +938,38 @@ void throw_run_failure(const std::string& id, const run_outcome& outcome) {
 
 } // namespace detail
 
+// -- client ---------------------------------------------------------------------
+
+client::client(config cfg)
+  : impl_(std::make_shared<detail::runtime_impl>(std::move(cfg), true)) {
+  impl_->start();
+}
+
+client::client(runtime_mode, config cfg)
+  : impl_(std::make_shared<detail::runtime_impl>(std::move(cfg), false)) {
+}
+
+client::~client() {
+  try {
+    impl_->stop();
+  } catch (const std::exception& ex) {
+    spdlog::error("perdure: {}", ex.what());
+  }
+}
+
+const config& client::cfg() const noexcept {
+  return impl_->cfg;
+}
+
+run_page client::list_runs(const run_filter& filter) {
+  detail::runtime_impl::client_call call{*impl_};
+  return impl_->stores->with(
+    [&](persistence::store& db) { return db.list_runs(filter); });
+}
+
 // -- runtime --------------------------------------------------------------------
 
-runtime::runtime(config cfg)
-  : impl_(std::make_shared<detail::runtime_impl>(std::move(cfg))) {
+runtime::runtime(config cfg) : client(runtime_mode{}, std::move(cfg)) {
 }
 
 runtime::~runtime() {
@@ -749,10 +978,6 @@ runtime::~runtime() {
   } catch (const std::exception& ex) {
     spdlog::error("perdure: {}", ex.what());
   }
-}
-
-const config& runtime::cfg() const noexcept {
-  return impl_->cfg;
 }
 
 void runtime::add_workflow(std::string name, detail::workflow_entry entry) {
@@ -773,15 +998,57 @@ void runtime::stop() {
   impl_->stop();
 }
 
-std::string runtime::start_run(std::string_view name, std::string inputs,
+std::int64_t runtime::left_pending() const {
+  return impl_->left_pending();
+}
+
+namespace {
+
+/// Throws unless `existing`, found under the id of `run`, is the same start
+/// (same workflow, same inputs): a start with a taken id returns that run.
+void check_same_start(const persistence::run_record& existing,
+                      const persistence::run_record& run) {
+  if (existing.name != run.name)
+    throw error(errc::conflicting_id,
+                "workflow id '" + run.id + "' already names a run of '"
+                  + existing.name + "'");
+  if (existing.inputs != run.inputs)
+    throw error(errc::conflicting_id,
+                "workflow id '" + run.id
+                  + "' already names a run with other inputs");
+}
+
+/// Starts `run` from a client: stored unowned, then announced, so that a
+/// runtime that registered its workflow adopts it.
+void start_unowned(detail::runtime_impl& rt, persistence::run_record run) {
+  run.owner = {persistence::unowned_executor, 0};
+  auto result = rt.stores->with(
+    [&](persistence::store& db) { return db.create_run(run); });
+  if (!result.created) {
+    check_same_start(result.run, run);
+    return;
+  }
+  try {
+    rt.stores->with(
+      [&](persistence::store& db) { db.notify("n:" + run.id); });
+  } catch (const std::exception& ex) {
+    // Stored anyway: runtimes find unowned runs every few seconds.
+    spdlog::warn("perdure: could not announce run {}: {}", run.id, ex.what());
+  }
+}
+
+} // namespace
+
+std::string client::start_run(std::string_view name, std::string inputs,
                                start_options opts) {
   if (!impl_->running())
     throw error(errc::not_running, "start() the runtime before starting work");
   check_name("workflow name", name);
-  if (impl_->workflows.count(std::string{name}) == 0)
+  if (!impl_->client_mode && impl_->workflows.count(std::string{name}) == 0)
     throw error(errc::unknown_workflow,
                 "no workflow registered as '" + std::string{name} + "'");
-  impl_->check_not_superseded();
+  if (!impl_->client_mode)
+    impl_->check_lease();
   if (opts.id.empty())
     opts.id = random_id();
   check_name("workflow id", opts.id);
@@ -802,6 +1069,10 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
     run.deadline_ms = detail::saturating_add(impl_->clock->now_ms(),
                                              opts.timeout.count());
   detail::runtime_impl::client_call call{*impl_};
+  if (impl_->client_mode) {
+    start_unowned(*impl_, std::move(run));
+    return opts.id;
+  }
   // Through the group-commit writer: starts from many threads share a
   // commit. Durable first, then delivered: the run exists before its actor.
   std::promise<persistence::write_result> created;
@@ -835,14 +1106,7 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   });
   if (!existing)
     throw error(errc::store_error, "run '" + run.id + "' vanished");
-  if (existing->name != run.name)
-    throw error(errc::conflicting_id,
-                "workflow id '" + run.id + "' already names a run of '"
-                  + existing->name + "'");
-  if (existing->inputs != run.inputs)
-    throw error(errc::conflicting_id,
-                "workflow id '" + run.id
-                  + "' already names a run with other inputs");
+  check_same_start(*existing, run);
   if (existing->status == run_status::pending && existing->owner == run.owner
       && !impl_->is_active(run.id)) {
     // Ours and not running: a creation whose acknowledgement was lost.
@@ -854,7 +1118,7 @@ std::string runtime::start_run(std::string_view name, std::string inputs,
   return opts.id;
 }
 
-void runtime::cancel(const std::string& id) {
+void client::cancel(const std::string& id) {
   detail::cancel_run(*impl_, id);
 }
 
@@ -896,7 +1160,7 @@ void store_resolution(detail::runtime_impl& rt, persistence::resolution& r,
 
 } // namespace
 
-void runtime::resolve(const std::string& id, bool ok, std::string bytes) {
+void client::resolve(const std::string& id, bool ok, std::string bytes) {
   detail::runtime_impl::client_call call{*impl_};
   check_payload(impl_->cfg, bytes, "awakeable value");
   // awk_<seq>_<run id>: the journal entry that created it.
@@ -912,7 +1176,7 @@ void runtime::resolve(const std::string& id, bool ok, std::string bytes) {
                    "awakeable with id '" + persistence::valid_text(id) + "'");
 }
 
-void runtime::complete_promise(const std::string& workflow_id,
+void client::complete_promise(const std::string& workflow_id,
                                const std::string& name, bool ok,
                                std::string bytes) {
   detail::runtime_impl::client_call call{*impl_};
@@ -928,7 +1192,7 @@ void runtime::complete_promise(const std::string& workflow_id,
                      + "')");
 }
 
-void runtime::send_bytes(const std::string& workflow_id,
+void client::send_bytes(const std::string& workflow_id,
                          const std::string& topic, std::string bytes) {
   detail::runtime_impl::client_call call{*impl_};
   check_payload(impl_->cfg, bytes, "message");
@@ -945,7 +1209,7 @@ void runtime::send_bytes(const std::string& workflow_id,
 }
 
 std::optional<std::string>
-runtime::event_bytes(const std::string& workflow_id, const std::string& key,
+client::event_bytes(const std::string& workflow_id, const std::string& key,
                      std::chrono::milliseconds timeout) {
   check_name("workflow id", workflow_id);
   check_name("event key", key);

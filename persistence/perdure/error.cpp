@@ -22,6 +22,7 @@ const char* to_string(errc code) noexcept {
     case errc::not_running: return "not_running";
     case errc::already_resolved: return "already_resolved";
     case errc::store_full: return "store_full";
+    case errc::executor_in_use: return "executor_in_use";
   }
   return "unknown";
 }

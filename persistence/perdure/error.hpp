@@ -47,6 +47,9 @@ enum class errc : std::uint8_t {
   /// The database has no room left (a full disk or quota), even after
   /// retrying. Nothing was written; work resumes once there is room.
   store_full,
+  /// Another live process holds this executor id (or, on SQLite, another
+  /// runtime uses the file). Nothing was changed.
+  executor_in_use,
 };
 
 /// Returns the stable name of `code`, e.g. `"conflicting_id"`.

@@ -44,6 +44,9 @@ protected:
     return w;
   }
 
+  /// Claims runs of workflow "wf" (what `make_run` makes).
+  const claim_filter wf_{.names = {"wf"}, .app_version = ""};
+
   static void create_accounts(test::sql_client& sql) {
     sql.exec("CREATE TABLE " + sql.table("accounts")
              + " (id TEXT PRIMARY KEY, balance INTEGER)");

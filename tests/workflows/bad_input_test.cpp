@@ -113,8 +113,7 @@ TEST_F(bad_input_test, unknown_ids_are_not_found) {
 }
 
 TEST_F(bad_input_test, waiting_past_the_timeout_is_a_timeout_error) {
-  runtime other{db_.runtime_config("elsewhere")};
-  other.start();
+  client other{db_.runtime_config("elsewhere")};
   persistence::run_record r;
   r.id = "never-ends";
   r.name = "echo";
@@ -125,6 +124,7 @@ TEST_F(bad_input_test, waiting_past_the_timeout_is_a_timeout_error) {
 }
 
 TEST_F(bad_input_test, using_a_runtime_before_start_or_registering_late_fails) {
+  rt_->stop(); // SQLite runs one runtime per file
   runtime idle{db_.runtime_config("idle")};
   idle.register_workflow("w", [](workflow_context&) -> task<void> { co_return; });
   expect_error(errc::not_running, [&] { idle.start_workflow<void>("w"); });
@@ -138,6 +138,7 @@ TEST_F(bad_input_test, using_a_runtime_before_start_or_registering_late_fails) {
 }
 
 TEST_F(bad_input_test, error_messages_of_any_bytes_are_recorded_as_text) {
+  rt_->stop(); // SQLite runs one runtime per file
   runtime rt{db_.runtime_config("bytes")};
   rt.register_workflow("garbled", [](workflow_context& ctx) -> task<std::string> {
     try {

@@ -244,8 +244,7 @@ TEST_F(workflow_test, another_process_reads_the_result_by_id) {
     co_return co_await ctx.step("d", [=] { return 2 * x; });
   });
   owner.start();
-  runtime observer{cfg("exec-2")};
-  observer.start();
+  client observer{cfg("exec-2")}; // a client process: it runs nothing
   owner.start_workflow<int>("double", 21, {.id = "shared"});
   EXPECT_EQ(observer.retrieve_workflow<int>("shared").get(10s), 42);
 }

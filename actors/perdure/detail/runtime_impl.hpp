@@ -6,7 +6,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include <atomic>
 #include <condition_variable>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -29,13 +31,17 @@ namespace perdure::detail {
 
 class runtime_impl {
 public:
-  explicit runtime_impl(config cfg);
+  /// `client`: a client-only process (see `perdure::client`): no actors,
+  /// no recovery, no lease.
+  runtime_impl(config cfg, bool client);
   ~runtime_impl();
 
   // -- set at construction and registration, read-only once started ----------
 
   config cfg;
   std::unordered_map<std::string, workflow_entry> workflows;
+  /// A client-only process (no actors, no executor lease).
+  const bool client_mode;
 
   // -- owned while started ----------------------------------------------------
 
@@ -157,14 +163,20 @@ public:
   /// Checked right before a step body runs.
   bool owns(const std::string& id, std::int64_t epoch) const;
 
-  /// Another process with this executor id claimed its runs: stops the
-  /// actors of the runs this process lost, and from then on this runtime
-  /// claims nothing and starts nothing (it is superseded: two live
-  /// processes must not share an executor id).
-  void check_ownership();
+  /// Throws `errc::fenced` if this runtime lost its executor lease (it
+  /// stalled or was cut off past `lease_timeout`, and others took over)
+  /// and has not got it back.
+  void check_lease() const;
 
-  /// Throws `errc::fenced` if another process took this executor id over.
-  void check_not_superseded() const;
+  /// Returns how many PENDING runs the last recovery or takeover left for
+  /// processes that can run them.
+  std::int64_t left_pending() const noexcept {
+    return left_pending_.load();
+  }
+
+  /// Claims, in the background, the runs nobody live holds that this
+  /// process can run (see `store::take_over`): run `only`, or its share.
+  void take_over(std::optional<std::string> only = std::nullopt);
 
   /// Housekeeping, every 100 ms: revives orphaned runs, retries failed
   /// deadline cancellations.
@@ -199,6 +211,18 @@ private:
   };
 
   void recover();
+  /// Brings claimed `runs` in: passivated ones get their timers, the
+  /// others are spawned replaying their journals.
+  void bring_in(std::vector<persistence::run_record> runs);
+  void count_left();
+  void heartbeat();
+  void lose_lease();
+  void regain_lease();
+  void take_over_now(std::optional<std::string> only);
+  /// `take_over`, under active_mtx_.
+  void take_over_locked(std::optional<std::string> only);
+  void release_lease();
+  void start_client();
   void revive_orphans();
   /// Arms run `id`'s deadline timer unless armed (under active_mtx_).
   void arm_deadline(const std::string& id, std::int64_t due_ms);
@@ -206,6 +230,19 @@ private:
 
   std::string instance_;
   std::unique_ptr<ticker> housekeeper_;
+  /// What this process may claim (its workflows and app version).
+  persistence::claim_filter filter_;
+  /// The lease: its epoch (read by every store's fenced writes), the
+  /// connection holding it and the heartbeat thread renewing it.
+  std::shared_ptr<std::atomic<std::int64_t>> lease_epoch_
+    = std::make_shared<std::atomic<std::int64_t>>(0);
+  std::unique_ptr<persistence::store> lease_store_;
+  std::unique_ptr<ticker> heartbeat_;
+  std::uint64_t beats_ = 0;
+  std::atomic<std::int64_t> left_pending_{0};
+  /// Takeovers: one at a time; another asked for meanwhile runs after.
+  bool taking_over_ = false;
+  bool take_over_again_ = false;
 
   std::mutex control_mtx_;
   std::unique_ptr<persistence::store> control_;
@@ -225,8 +262,9 @@ private:
   /// Runs to revive (with whether their actor crashed), and when
   /// housekeeping may next try (steady clock).
   std::unordered_map<std::string, bool> orphans_;
-  /// Another process started with this executor id (see check_ownership).
-  bool superseded_ = false;
+  /// The lease lapsed and others took over: nothing here runs or claims
+  /// until it is acquired again (see heartbeat).
+  bool lease_lost_ = false;
   /// Runs whose deadline timer is armed (one timer per run, however often
   /// it is spawned).
   std::unordered_set<std::string> armed_deadlines_;

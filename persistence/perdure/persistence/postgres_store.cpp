@@ -38,7 +38,7 @@ detail::failure_kind classify(std::exception_ptr ep) {
 }
 
 bool owns(pqxx::transaction_base& w, const fence& owner,
-          const std::string& run_id);
+          const std::string& run_id, std::int64_t lease);
 
 /// Returns, for each of `runs`, whether its id is in `inserted`.
 std::vector<bool> created_flags(const std::vector<run_record>& runs,
@@ -186,6 +186,13 @@ std::string create_runs_sql(const std::string& s, int first) {
            "RETURNING id";
 }
 
+/// Returns the condition that a run's workflow is one of `names` (a text[]
+/// parameter) and its app version none or `version` (see `claim_filter`).
+std::string claimable(const std::string& names, const std::string& version) {
+  return "name = ANY(" + names + "::text[]) AND (app_version = '' OR "
+         "app_version = " + version + ")";
+}
+
 } // namespace
 
 /// A batch's run creations as the ten arrays of `create_runs_sql`.
@@ -264,10 +271,11 @@ auto postgres_store::with_retry(F&& attempt) {
   }
 }
 
-postgres_store::postgres_store(std::string url, std::string schema,
-                               std::chrono::milliseconds retry_budget)
+postgres_store::postgres_store(
+  std::string url, std::string schema, std::chrono::milliseconds retry_budget,
+  std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch)
   : url_(std::move(url)), schema_(std::move(schema)),
-    retry_budget_(retry_budget) {
+    retry_budget_(retry_budget), lease_epoch_(std::move(lease_epoch)) {
   // A server starting up or shutting down refuses connections for a
   // while: retried within the budget like any lost connection.
   try {
@@ -288,6 +296,7 @@ void postgres_store::connect() {
   // retries ran out keeps a (broken) connection, never a null one, and its
   // next call reconnects.
   auto c = std::make_unique<connection>(url_);
+  lease_locked_ = false; // a session lock dies with its connection
   auto s = c->quote_name(schema_) + ".";
   c->prepare("get_run", std::string{"SELECT "} + run_columns + " FROM " + s
                           + "runs WHERE id = $1");
@@ -374,8 +383,8 @@ void postgres_store::connect() {
              "UPDATE " + s
                + "runs SET epoch = epoch + 1, recovery_attempts = "
                  "recovery_attempts + CASE WHEN wake_at > $2 THEN 0 ELSE 1 "
-                 "END WHERE executor = $1 AND status = 'PENDING' RETURNING "
-               + run_columns);
+                 "END WHERE executor = $1 AND status = 'PENDING' AND "
+               + claimable("$3", "$4") + " RETURNING " + run_columns);
   c->prepare("load_journals",
              "SELECT run_id, seq, kind, name, outcome, payload, error, "
              "created_at FROM "
@@ -393,12 +402,19 @@ void postgres_store::connect() {
   // PENDING run through the partial index.
   // The epoch comes back too: two copies of one run in a batch (an actor
   // replaced by a newer claim in this process) are told apart by it.
-  auto fence_sql
-    = "SELECT r.id, r.epoch FROM (SELECT id, epoch, status FROM " + s
-      + "runs WHERE (id, executor, epoch) IN (SELECT * FROM unnest($1::text[], "
-        "$2::text[], $3::bigint[])) OFFSET 0 FOR SHARE) r WHERE r.status = "
-        "'PENDING'";
-  c->prepare("fence_check", fence_sql);
+  // The lease (parameter `lease`, 0: unchecked) is the executor's: once a
+  // takeover declared it lapsed, nothing of its holder gets through.
+  auto fence_sql = [&](int lease) {
+    auto l = "$" + std::to_string(lease) + "::bigint";
+    return "SELECT r.id, r.epoch FROM (SELECT id, epoch, status FROM " + s
+           + "runs WHERE (id, executor, epoch) IN (SELECT * FROM "
+             "unnest($1::text[], $2::text[], $3::bigint[])) OFFSET 0 FOR "
+             "SHARE) r WHERE r.status = 'PENDING' AND ("
+           + l + " = 0 OR EXISTS (SELECT 1 FROM " + s
+           + "executors e WHERE e.id = ($2::text[])[1] AND e.epoch = " + l
+           + " AND e.state = 'live'))";
+  };
+  c->prepare("fence_check", fence_sql(4));
   // A small batch is one statement in autocommit: one round trip, one
   // commit (what a lone workflow's latency needs). The fence locks the owned run rows FOR SHARE, so a concurrent
   // takeover (which bumps the epoch) either waits for this commit or makes
@@ -407,7 +423,7 @@ void postgres_store::connect() {
   // and with them (starts sharing a batch with steps), so the hot statement
   // does not carry ten empty arrays through one more INSERT.
   auto batch_sql = [&](bool creating) {
-    return "WITH owned AS (" + fence_sql + "), "
+    return "WITH owned AS (" + fence_sql(creating ? 29 : 19) + "), "
            "appended AS (INSERT INTO "
            + s
            + "journal (run_id, seq, kind, name, outcome, payload, error, "
@@ -458,14 +474,9 @@ void postgres_store::connect() {
              "UPDATE " + s
                + "runs SET epoch = epoch + 1, wake_at = NULL, recovery_attempts "
                  "= recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
-                 "status = 'PENDING' RETURNING "
-               + run_columns);
-  c->prepare("lost_runs",
-             "SELECT a.id FROM unnest($2::text[], $3::bigint[]) AS a(id, "
-             "epoch) WHERE NOT EXISTS (SELECT 1 FROM "
-               + s
-               + "runs r WHERE r.id = a.id AND r.executor = $1 AND r.epoch = "
-                 "a.epoch AND r.status = 'PENDING')");
+                 "status = 'PENDING' AND "
+               + claimable("$4", "$5") + " RETURNING " + run_columns);
+  prepare_executors(*c, s);
   conn_ = std::move(c);
 }
 
@@ -543,7 +554,7 @@ postgres_store::create_child(const fence& parent, const run_record& child) {
                                     : std::string{};
   return with_retry([&]() -> std::optional<create_result> {
     pqxx::work w{*conn_};
-    if (!child.parent_id || !owns(w, parent, *child.parent_id))
+    if (!child.parent_id || !owns(w, parent, *child.parent_id, lease()))
       return std::nullopt; // rolls back
     auto res = w.exec_prepared(
       "create_run", child.id, child.name, std::string{to_string(child.status)},
@@ -563,33 +574,19 @@ postgres_store::create_child(const fence& parent, const run_record& child) {
 
 std::optional<run_record> postgres_store::claim_run(std::string_view id,
                                                     std::string_view executor,
+                                                    const claim_filter& filter,
                                                     bool count_attempt) {
+  detail::pg_array names;
+  for (auto& n : filter.names)
+    names.add(n);
   return with_retry([&]() -> std::optional<run_record> {
     pqxx::nontransaction w{*conn_};
     auto res = w.exec_prepared("claim_run", std::string{id},
-                               std::string{executor}, count_attempt ? 1 : 0);
+                               std::string{executor}, count_attempt ? 1 : 0,
+                               names.str(), filter.app_version);
     if (res.empty())
       return std::nullopt;
     return read_run(res[0]);
-  });
-}
-
-std::vector<std::string>
-postgres_store::lost_runs(std::string_view executor,
-                          const std::vector<std::string>& ids,
-                          const std::vector<std::int64_t>& epochs) {
-  detail::pg_array a_ids, a_epochs;
-  for (auto& id : ids)
-    a_ids.add(id);
-  for (auto e : epochs)
-    a_epochs.add(e);
-  return with_retry([&] {
-    pqxx::read_transaction t{*conn_};
-    std::vector<std::string> lost;
-    for (const auto& row : t.exec_prepared("lost_runs", std::string{executor},
-                                           a_ids.str(), a_epochs.str()))
-      lost.push_back(row[0].as<std::string>());
-    return lost;
   });
 }
 
@@ -639,12 +636,13 @@ resolve_result resolve_in(pqxx::transaction_base& w, const resolution& r) {
 /// Returns whether `owner` holds run `run_id` (and locks its row FOR SHARE
 /// until `w` ends, so no takeover commits in between).
 bool owns(pqxx::transaction_base& w, const fence& owner,
-          const std::string& run_id) {
+          const std::string& run_id, std::int64_t lease) {
   detail::pg_array ids, execs, epochs;
   ids.add(run_id);
   execs.add(owner.executor);
   epochs.add(owner.epoch);
-  return !w.exec_prepared("fence_check", ids.str(), execs.str(), epochs.str())
+  return !w.exec_prepared("fence_check", ids.str(), execs.str(), epochs.str(),
+                          lease)
             .empty();
 }
 
@@ -680,7 +678,7 @@ postgres_store::deliver(const fence& owner, journal_entry checkpoint,
    return or_recorded(checkpoint, [&]() -> std::optional<journal_entry> {
     pqxx::work w{*conn_};
     w.exec_prepared("lock_runs", both.str());
-    if (!owns(w, owner, checkpoint.run_id))
+    if (!owns(w, owner, checkpoint.run_id, lease()))
       return std::nullopt; // rolls back
     auto e = checkpoint;
     // Delivered before (an attempt whose commit was in doubt, say): the
@@ -823,12 +821,17 @@ std::optional<run_record> postgres_store::get_run(std::string_view id) {
 
 std::vector<run_record>
 postgres_store::claim_pending_runs(std::string_view executor,
+                                   const claim_filter& filter,
                                    std::int64_t now_ms) {
+  detail::pg_array names;
+  for (auto& n : filter.names)
+    names.add(n);
   return with_retry([&] {
     pqxx::work w{*conn_};
     std::vector<run_record> result;
     for (const auto& row :
-         w.exec_prepared("claim_runs", std::string{executor}, now_ms))
+         w.exec_prepared("claim_runs", std::string{executor}, now_ms,
+                         names.str(), filter.app_version))
       result.push_back(read_run(row));
     w.commit();
     std::sort(result.begin(), result.end(), [](auto& a, auto& b) {
@@ -946,7 +949,7 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
                                     payloads.str(), errors.str(), ats.str(),
                                     c_ids.str(), c_execs.str(), c_epochs.str(),
                                     c_status.str(), c_out.str(), c_err.str(),
-                                    c_at.str())
+                                    c_at.str(), lease())
                   : w.exec_prepared(
                       "write_batch_creating", f_ids.str(), f_execs.str(),
                       f_epochs.str(), ids.str(), seqs.str(), kinds.str(),
@@ -956,7 +959,7 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
                       n.ids.str(), n.names.str(), n.statuses.str(),
                       n.inputs.str(), n.execs.str(), n.epochs.str(),
                       n.versions.str(), n.ats.str(), n.parents.str(),
-                      n.deadlines.str());
+                      n.deadlines.str(), lease());
     for (const auto& row : rows) {
       auto tag = row[0].as<std::string>();
       auto value = row[1].as<std::string>();
@@ -1005,7 +1008,8 @@ void postgres_store::copy_batch(const persistence::write_batch& batch,
            n.inputs.str(), n.execs.str(), n.epochs.str(), n.versions.str(),
            n.ats.str(), n.parents.str(), n.deadlines.str()))
       out.inserted.insert(row[0].as<std::string>());
-  for (const auto& row : w.exec_prepared("fence_check", f_ids, f_execs, f_epochs))
+  for (const auto& row : w.exec_prepared("fence_check", f_ids, f_execs, f_epochs,
+                                          lease()))
     out.owned.insert(owned_key(row[1].as<std::int64_t>(),
                                row[0].as<std::string>()));
   if (!out.owned.empty()) {
@@ -1048,7 +1052,7 @@ std::optional<journal_entry> postgres_store::transact(
   return with_retry([&]() -> std::optional<journal_entry> {
     return or_recorded(checkpoint, [&]() -> std::optional<journal_entry> {
       pqxx::work w{*conn_};
-      if (!owns(w, owner, checkpoint.run_id))
+      if (!owns(w, owner, checkpoint.run_id, lease()))
         return std::nullopt; // rolls back
       // Every attempt first looks at its index: an outcome there, from an
       // attempt whose commit was in doubt, stands and the body does not run.
@@ -1067,6 +1071,276 @@ std::optional<journal_entry> postgres_store::transact(
       w.commit();
       return e;
     });
+  });
+}
+
+} // namespace perdure::persistence
+
+// -- executors and listing --------------------------------------------------------
+
+namespace perdure::persistence {
+
+namespace {
+
+/// Returns `run_columns` qualified by table alias `t`.
+std::string qualified_run_columns(const std::string& t) {
+  std::string out;
+  std::string_view all{run_columns};
+  while (!all.empty()) {
+    auto comma = all.find(',');
+    auto name = all.substr(0, comma);
+    while (!name.empty() && name.front() == ' ')
+      name.remove_prefix(1);
+    if (!out.empty())
+      out += ", ";
+    out += t + "." + std::string{name};
+    all = comma == std::string_view::npos ? std::string_view{}
+                                          : all.substr(comma + 1);
+  }
+  return out;
+}
+
+/// Returns the first key of this schema's executor locks: a hash of the
+/// schema's name (the second key is the executor's `lock_key`), so two
+/// schemas in one database never share a lock.
+std::uint32_t lock_class(const std::string& schema) {
+  std::uint32_t h = 2166136261u; // FNV-1a
+  for (unsigned char ch : schema) {
+    h ^= ch;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+} // namespace
+
+void postgres_store::prepare_executors(connection& c,
+                                       const std::string& s) {
+  auto cls = lock_class(schema_);
+  auto cls_key = std::to_string(static_cast<std::int32_t>(cls));
+  // Lapsed: no heartbeat for the executor's own timeout (a stalled or
+  // cut-off holder), or its session lock is free (its process died) and it
+  // missed four heartbeats (a holder whose connection broke reconnects and
+  // locks again first). Right after a server restart every lock is free:
+  // the lock test waits until holders had a timeout's time to come back.
+  auto lapsed
+    = "e.state = 'live' AND (e.heartbeat_at < now() - e.lease_ms * interval "
+      "'1 millisecond' OR (e.heartbeat_at < now() - interval '1 second' AND "
+      "pg_postmaster_start_time() < now() - e.lease_ms * interval '1 "
+      "millisecond' AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE "
+      "l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM "
+      "pg_database WHERE datname = current_database()) AND l.classid = "
+      + std::to_string(cls)
+      + "::oid AND l.objid = e.lock_key::oid AND l.objsubid = 2)))";
+  c.prepare("lease_insert", "INSERT INTO " + s
+                              + "executors (id) VALUES ($1) ON CONFLICT (id) "
+                                "DO NOTHING");
+  c.prepare("lease_key", "SELECT lock_key, instance, state FROM " + s
+                           + "executors WHERE id = $1");
+  c.prepare("lease_lock",
+            "SELECT pg_try_advisory_lock(" + cls_key + ", $1::int)");
+  c.prepare("lease_unlock", "SELECT pg_advisory_unlock(" + cls_key
+                              + ", $1::int)");
+  c.prepare("lease_take",
+            "UPDATE " + s
+              + "executors SET epoch = epoch + 1, state = 'live', instance = "
+                "$2, app_version = $3, lease_ms = $4, heartbeat_at = now(), "
+                "started_at = now() WHERE id = $1 RETURNING epoch");
+  c.prepare("lease_renew",
+            "WITH hb AS (UPDATE " + s
+              + "executors SET heartbeat_at = now() WHERE id = $1 AND epoch = "
+                "$2 AND state = 'live' RETURNING id) SELECT 'h', id FROM hb "
+                "UNION ALL SELECT 'l', e.id FROM "
+              + s + "executors e WHERE e.id <> $1 AND " + lapsed);
+  c.prepare("lease_lapse", "UPDATE " + s
+                             + "executors e SET epoch = epoch + 1, state = "
+                               "'lapsed' WHERE id = $1 AND "
+                             + lapsed + " RETURNING id");
+  c.prepare("lease_release",
+            "UPDATE " + s
+              + "executors SET epoch = epoch + 1, state = 'stopped' WHERE id "
+                "= $1 AND epoch = $2");
+  // Runs nobody live holds: of lapsed or stopped executors (their rows
+  // locked FOR SHARE, so a holder coming back waits for this takeover, and
+  // a run it claimed meanwhile is re-checked) or started by clients.
+  auto orphaned = "(r.executor = '' OR r.executor IN (SELECT id FROM gone))";
+  c.prepare(
+    "take_over",
+    "WITH gone AS (SELECT id FROM " + s
+      + "executors WHERE state <> 'live' FOR SHARE), cand AS (SELECT r.id FROM "
+      + s + "runs r WHERE r.status = 'PENDING' AND " + orphaned + " AND "
+      + claimable("$2", "$3")
+      + " AND ($4::text IS NULL OR r.id = $4)), share AS (SELECT CASE WHEN "
+        "$4::text IS NOT NULL THEN 1 ELSE GREATEST(1, ceil((SELECT count(*) "
+        "FROM cand)::numeric / GREATEST(1, (SELECT count(*) FROM "
+      + s
+      + "executors WHERE state = 'live'))))::bigint END AS n), picked AS "
+        "(SELECT r.id FROM "
+      + s + "runs r WHERE r.id IN (SELECT id FROM cand) AND r.status = "
+      + "'PENDING' AND " + orphaned
+      + " ORDER BY r.created_at, r.id LIMIT (SELECT n FROM share) FOR UPDATE "
+        "SKIP LOCKED) UPDATE "
+      + s
+      + "runs r SET executor = $1, epoch = r.epoch + 1, recovery_attempts = "
+        "r.recovery_attempts + CASE WHEN r.executor = '' OR r.wake_at > $5 "
+        "THEN 0 ELSE 1 END FROM picked WHERE r.id = picked.id RETURNING "
+      + qualified_run_columns("r"));
+  c.prepare("count_unclaimable",
+            "SELECT count(*) FROM " + s
+              + "runs WHERE status = 'PENDING' AND (executor = $1 OR executor "
+                "= '' OR executor IN (SELECT id FROM "
+              + s + "executors WHERE state <> 'live')) AND NOT ("
+              + claimable("$2", "$3") + ")");
+  c.prepare("forget_executors",
+            "DELETE FROM " + s
+              + "executors e WHERE e.state <> 'live' AND NOT EXISTS (SELECT 1 "
+                "FROM "
+              + s + "runs r WHERE r.executor = e.id AND r.status = 'PENDING')");
+  c.prepare("list_runs",
+            "SELECT id, name, status, executor, created_at, updated_at, error, "
+            "parent_id FROM "
+              + s
+              + "runs WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS "
+                "NULL OR name = $2) AND ($3::bigint IS NULL OR created_at >= "
+                "$3) AND ($4::bigint IS NULL OR created_at < $4) AND "
+                "($5::bigint IS NULL OR (created_at, id) < ($5, $6)) ORDER BY "
+                "created_at DESC, id DESC LIMIT $7");
+}
+
+std::int64_t postgres_store::acquire_lease(const lease_request& r) {
+  return with_retry([&]() -> std::int64_t {
+    pqxx::nontransaction w{*conn_};
+    w.exec_prepared("lease_insert", r.executor);
+    auto row = w.exec_prepared("lease_key", r.executor)[0];
+    auto key = row[0].as<std::int32_t>();
+    if (!(lease_locked_ && lease_key_ == key)) {
+      if (!w.exec_prepared("lease_lock", key)[0][0].as<bool>())
+        throw perdure::error(
+          errc::executor_in_use,
+          "executor id '" + r.executor
+            + "' is held by a live process (instance "
+            + row[1].as<std::string>()
+            + "); give each process its own executor id, or use "
+              "perdure::client in processes that only start and signal work");
+      lease_key_ = key;
+      lease_locked_ = true;
+    }
+    auto epoch = w.exec_prepared("lease_take", r.executor, r.instance,
+                                 r.app_version, r.timeout_ms)[0][0]
+                   .as<std::int64_t>();
+    return epoch;
+  });
+}
+
+std::optional<std::vector<std::string>>
+postgres_store::renew_lease(std::string_view executor, std::int64_t epoch) {
+  return with_retry([&]() -> std::optional<std::vector<std::string>> {
+    pqxx::nontransaction w{*conn_};
+    if (!lease_locked_) {
+      // A new connection: the session lock went with the old one.
+      if (!w.exec_prepared("lease_lock", lease_key_)[0][0].as<bool>())
+        return std::nullopt; // another process holds the id now
+      lease_locked_ = true;
+    }
+    bool held = false;
+    std::vector<std::string> lapsed;
+    for (const auto& row :
+         w.exec_prepared("lease_renew", std::string{executor}, epoch)) {
+      if (row[0].as<std::string>() == "h")
+        held = true;
+      else
+        lapsed.push_back(row[1].as<std::string>());
+    }
+    if (!held)
+      return std::nullopt;
+    return lapsed;
+  });
+}
+
+bool postgres_store::lapse_executor(std::string_view id) {
+  return with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    return !w.exec_prepared("lease_lapse", std::string{id}).empty();
+  });
+}
+
+void postgres_store::release_lease(std::string_view executor,
+                                   std::int64_t epoch) {
+  with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    w.exec_prepared("lease_release", std::string{executor}, epoch);
+    if (lease_locked_)
+      w.exec_prepared("lease_unlock", lease_key_);
+    lease_locked_ = false;
+    return 0;
+  });
+}
+
+std::vector<run_record>
+postgres_store::take_over(std::string_view executor, const claim_filter& filter,
+                          std::optional<std::string_view> only,
+                          std::int64_t now_ms) {
+  detail::pg_array names;
+  for (auto& n : filter.names)
+    names.add(n);
+  auto one = only ? std::string{*only} : std::string{};
+  return with_retry([&] {
+    pqxx::work w{*conn_};
+    std::vector<run_record> result;
+    for (const auto& row : w.exec_prepared(
+           "take_over", std::string{executor}, names.str(), filter.app_version,
+           only ? one.c_str() : nullptr, now_ms))
+      result.push_back(read_run(row));
+    if (result.empty() && !only)
+      w.exec_prepared("forget_executors"); // nothing left to take
+    w.commit();
+    std::sort(result.begin(), result.end(), [](auto& a, auto& b) {
+      return std::tie(a.created_at_ms, a.id) < std::tie(b.created_at_ms, b.id);
+    });
+    return result;
+  });
+}
+
+std::int64_t postgres_store::count_unclaimable(std::string_view executor,
+                                               const claim_filter& filter) {
+  detail::pg_array names;
+  for (auto& n : filter.names)
+    names.add(n);
+  return with_retry([&] {
+    pqxx::read_transaction t{*conn_};
+    return t
+      .exec_prepared("count_unclaimable", std::string{executor}, names.str(),
+                     filter.app_version)[0][0]
+      .as<std::int64_t>();
+  });
+}
+
+run_page postgres_store::list_runs(const run_filter& f) {
+  auto q = listing_query::from(f);
+  return with_retry([&] {
+    pqxx::read_transaction t{*conn_};
+    auto opt = [](const std::optional<std::string>& v) {
+      return v ? v->c_str() : nullptr;
+    };
+    auto res = t.exec_prepared("list_runs", opt(q.status), opt(q.name),
+                               opt(q.after), opt(q.before), opt(q.cursor_at),
+                               opt(q.cursor_id), q.limit);
+    run_page page;
+    for (const auto& row : res) {
+      run_info info;
+      info.id = row[0].as<std::string>();
+      info.name = row[1].as<std::string>();
+      info.status = parse_run_status(row[2].as<std::string>())
+                      .value_or(run_status::error);
+      info.executor = row[3].as<std::string>();
+      info.created_at = from_ms(row[4].as<std::int64_t>());
+      info.updated_at = from_ms(row[5].as<std::int64_t>());
+      info.error = opt_text(row[6]);
+      info.parent_id = opt_text(row[7]);
+      page.runs.push_back(std::move(info));
+    }
+    q.finish(page);
+    return page;
   });
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -14,8 +15,11 @@ namespace perdure::persistence {
 class postgres_store final : public store {
 public:
   /// Connects to `url` (a libpq URI or keyword string) and uses `schema`.
-  postgres_store(std::string url, std::string schema,
-                 std::chrono::milliseconds retry_budget);
+  /// `lease_epoch`: see `store_options::lease_epoch`.
+  postgres_store(
+    std::string url, std::string schema,
+    std::chrono::milliseconds retry_budget,
+    std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch = nullptr);
   ~postgres_store() override;
 
   postgres_store(const postgres_store&) = delete;
@@ -32,10 +36,20 @@ public:
                                             const run_record& child) override;
   std::optional<run_record> claim_run(std::string_view id,
                                       std::string_view executor,
+                                      const claim_filter& filter,
                                       bool count_attempt) override;
-  std::vector<std::string>
-  lost_runs(std::string_view executor, const std::vector<std::string>& ids,
-            const std::vector<std::int64_t>& epochs) override;
+  run_page list_runs(const run_filter& filter) override;
+  std::int64_t acquire_lease(const lease_request& r) override;
+  std::optional<std::vector<std::string>>
+  renew_lease(std::string_view executor, std::int64_t epoch) override;
+  bool lapse_executor(std::string_view id) override;
+  void release_lease(std::string_view executor, std::int64_t epoch) override;
+  std::vector<run_record> take_over(std::string_view executor,
+                                    const claim_filter& filter,
+                                    std::optional<std::string_view> only,
+                                    std::int64_t now_ms) override;
+  std::int64_t count_unclaimable(std::string_view executor,
+                                 const claim_filter& filter) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
   std::vector<std::string> cancel_run(std::string_view run_id,
@@ -60,6 +74,7 @@ public:
                                        std::string_view key) override;
   std::optional<run_record> get_run(std::string_view id) override;
   std::vector<run_record> claim_pending_runs(std::string_view executor,
+                                             const claim_filter& filter,
                                              std::int64_t now_ms) override;
   std::vector<journal_entry>
   load_journals(const std::vector<std::string>& run_ids) override;
@@ -82,7 +97,15 @@ private:
     std::uint64_t appended = 0;               // journal rows inserted
   };
 
+  struct connection;
+
   void connect();
+  void prepare_executors(connection& c, const std::string& s);
+
+  /// Returns the lease epoch fenced writes carry (0: unchecked).
+  std::int64_t lease() const noexcept {
+    return lease_epoch_ ? lease_epoch_->load(std::memory_order_relaxed) : 0;
+  }
   void copy_batch(const persistence::write_batch& batch,
                   const creation_arrays& creations, const std::string& f_ids,
                   const std::string& f_execs, const std::string& f_epochs,
@@ -110,7 +133,10 @@ private:
   std::string url_;
   std::string schema_;
   std::chrono::milliseconds retry_budget_;
-  struct connection;
+  std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch_;
+  /// The executor lock this connection holds (see `acquire_lease`).
+  std::int32_t lease_key_ = 0;
+  bool lease_locked_ = false;
   std::unique_ptr<connection> conn_;
 };
 

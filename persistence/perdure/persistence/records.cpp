@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cstdint>
 
+#include "perdure/error.hpp"
+
 namespace perdure::persistence {
 
 const char* to_string(entry_kind x) noexcept {
@@ -132,6 +134,56 @@ void delivery::settle(journal_entry& checkpoint,
       break;
   }
   checkpoint.outcome = outcome::terminal;
+}
+
+std::chrono::system_clock::time_point from_ms(std::int64_t ms) {
+  return std::chrono::system_clock::time_point{std::chrono::milliseconds{ms}};
+}
+
+namespace {
+
+std::int64_t to_ms(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           t.time_since_epoch())
+    .count();
+}
+
+} // namespace
+
+listing_query listing_query::from(const run_filter& f) {
+  if (f.limit < 1 || f.limit > 1000)
+    throw perdure::error(errc::invalid_argument,
+                         "list_runs: limit must be 1 to 1000 (got "
+                           + std::to_string(f.limit) + ")");
+  listing_query q;
+  q.limit = static_cast<std::int64_t>(f.limit);
+  if (f.status)
+    q.status = std::string{to_string(*f.status)};
+  q.name = f.name;
+  if (f.created_after)
+    q.after = std::to_string(to_ms(*f.created_after));
+  if (f.created_before)
+    q.before = std::to_string(to_ms(*f.created_before));
+  if (!f.cursor.empty()) {
+    // <created_at ms>:<run id>, as `finish` wrote it.
+    auto colon = f.cursor.find(':');
+    auto digits = f.cursor.substr(0, colon);
+    if (colon == std::string::npos || digits.empty() || digits.size() > 18
+        || colon + 1 == f.cursor.size()
+        || digits.find_first_not_of("0123456789") != std::string::npos)
+      throw perdure::error(errc::invalid_argument,
+                           "list_runs: not a cursor a page returned");
+    q.cursor_at = digits;
+    q.cursor_id = f.cursor.substr(colon + 1);
+  }
+  return q;
+}
+
+void listing_query::finish(run_page& page) const {
+  if (page.runs.size() < static_cast<std::size_t>(limit))
+    return;
+  auto& last = page.runs.back();
+  page.next_cursor = std::to_string(to_ms(last.created_at)) + ":" + last.id;
 }
 
 } // namespace perdure::persistence

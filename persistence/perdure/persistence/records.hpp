@@ -3,12 +3,15 @@
 // The rows the store reads and writes, as plain values. Payloads are opaque
 // encoded bytes (see codec.hpp); the store never looks inside them.
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "perdure/run_listing.hpp"
 #include "perdure/run_status.hpp"
 
 namespace perdure::persistence {
@@ -21,6 +24,36 @@ struct fence {
   std::int64_t epoch = 0;
 
   friend bool operator==(const fence&, const fence&) = default;
+};
+
+/// Which runs a process may claim (recover, take over, adopt): runs of the
+/// workflows it registered, recorded with no app version or with its own.
+/// A run it cannot run stays PENDING for a process that can.
+struct claim_filter {
+  std::vector<std::string> names;
+  std::string app_version;
+
+  /// Returns whether a run of workflow `name` recorded with `version` may
+  /// be claimed.
+  bool admits(const std::string& name, const std::string& version) const {
+    return (version.empty() || version == app_version)
+           && std::find(names.begin(), names.end(), name) != names.end();
+  }
+};
+
+/// The executor id a run has while no runtime owns it yet (started by a
+/// client): any runtime that registered its workflow adopts it.
+inline constexpr const char* unowned_executor = "";
+
+/// What `store::acquire_lease` needs to know.
+struct lease_request {
+  std::string executor;
+  /// This runtime instance (tells its rows from a predecessor's).
+  std::string instance;
+  std::string app_version;
+  /// After this long without a heartbeat the lease lapses even if its
+  /// holder still looks alive (a stalled or cut-off process).
+  std::int64_t timeout_ms = 10'000;
 };
 
 /// The wake-up time a delivery (a resolution, a message, a child's end)
@@ -226,6 +259,25 @@ struct create_result {
   bool created = false;
   /// The run as stored (the existing one if `created` is false).
   run_record run;
+};
+
+/// Returns `ms` milliseconds since the epoch as a time point.
+std::chrono::system_clock::time_point from_ms(std::int64_t ms);
+
+/// A `run_filter` as the stores' listing queries take it: optional text
+/// parameters (null: not filtered), the cursor taken apart. Shared by both
+/// stores so that a cursor means the same on each.
+struct listing_query {
+  std::optional<std::string> status, name, after, before, cursor_at,
+    cursor_id;
+  std::int64_t limit = 100;
+
+  /// Throws `errc::invalid_argument` for a limit outside 1..1000 or a
+  /// cursor no page returned.
+  static listing_query from(const run_filter& f);
+
+  /// Sets `page.next_cursor` if the page is full (more may follow).
+  void finish(run_page& page) const;
 };
 
 } // namespace perdure::persistence

@@ -2,6 +2,10 @@
 
 #include <sqlite3.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <set>
 #include <utility>
@@ -347,6 +351,8 @@ bool sqlite_store::truncate_log() {
 }
 
 sqlite_store::~sqlite_store() {
+  if (lease_fd_ >= 0)
+    ::close(lease_fd_); // drops the file lock
   statements_.clear();
   sqlite3_close(db_);
 }
@@ -458,31 +464,22 @@ sqlite_store::create_child(const fence& parent, const run_record& child) {
 
 std::optional<run_record> sqlite_store::claim_run(std::string_view id,
                                                   std::string_view executor,
+                                                  const claim_filter& filter,
                                                   bool count_attempt) {
   return in_transaction([&]() -> std::optional<run_record> {
-    prepare("UPDATE runs SET epoch = epoch + 1, wake_at = NULL, "
-            "recovery_attempts = recovery_attempts + ?3 WHERE id = ?1 AND executor = ?2 AND "
-            "status = 'PENDING'")
-      .bind(1, id)
-      .bind(2, executor)
-      .bind(3, std::int64_t{count_attempt ? 1 : 0})
-      .run();
-    if (sqlite3_changes(db_) != 1)
+    auto& sel = prepare("SELECT name, app_version FROM runs WHERE id = ?1 AND "
+                        "executor = ?2 AND status = 'PENDING'");
+    sel.bind(1, id).bind(2, executor);
+    auto ok = sel.step() && filter.admits(sel.text(0), sel.text(1));
+    sel.reset();
+    if (!ok)
       return std::nullopt;
+    prepare("UPDATE runs SET epoch = epoch + 1, wake_at = NULL, "
+            "recovery_attempts = recovery_attempts + ?2 WHERE id = ?1")
+      .bind(1, id)
+      .bind(2, std::int64_t{count_attempt ? 1 : 0})
+      .run();
     return read_run_row(id);
-  });
-}
-
-std::vector<std::string>
-sqlite_store::lost_runs(std::string_view executor,
-                        const std::vector<std::string>& ids,
-                        const std::vector<std::int64_t>& epochs) {
-  return with_retry([&] {
-    std::vector<std::string> lost;
-    for (std::size_t i = 0; i < ids.size() && i < epochs.size(); ++i)
-      if (!fenced_ok(ids[i], {std::string{executor}, epochs[i]}))
-        lost.push_back(ids[i]);
-    return lost;
   });
 }
 
@@ -734,24 +731,43 @@ std::optional<run_record> sqlite_store::get_run(std::string_view id) {
 
 std::vector<run_record>
 sqlite_store::claim_pending_runs(std::string_view executor,
+                                 const claim_filter& filter,
                                  std::int64_t now_ms) {
   return in_transaction([&] {
-    prepare("UPDATE runs SET epoch = epoch + 1, recovery_attempts = "
-            "recovery_attempts + CASE WHEN wake_at > ?2 THEN 0 ELSE 1 END "
-            "WHERE executor = ?1 AND status = 'PENDING'")
-      .bind(1, executor)
-      .bind(2, now_ms)
-      .run();
-    std::vector<run_record> result;
-    auto& sel = prepare(std::string{"SELECT "} + run_columns
-                        + " FROM runs WHERE executor = ?1 AND status = "
-                          "'PENDING' ORDER BY created_at, id");
-    sel.bind(1, executor);
-    while (sel.step())
-      result.push_back(read_run(sel));
-    sel.reset();
-    return result;
+    return claim_where("executor = ?1", executor, filter, executor, now_ms,
+                       false);
   });
+}
+
+std::vector<run_record>
+sqlite_store::claim_where(const std::string& which, std::string_view arg,
+                          const claim_filter& filter,
+                          std::string_view executor, std::int64_t now_ms,
+                          bool adopting) {
+  // One runtime per file, in an IMMEDIATE transaction: read, then write.
+  std::vector<std::string> ids;
+  auto& sel = prepare("SELECT id, name, app_version FROM runs WHERE status = "
+                      "'PENDING' AND " + which + " ORDER BY created_at, id");
+  sel.bind(1, arg);
+  while (sel.step())
+    if (filter.admits(sel.text(1), sel.text(2)))
+      ids.push_back(sel.text(0));
+  sel.reset();
+  std::vector<run_record> result;
+  for (auto& id : ids) {
+    // A run that runs now counts a recovery; one adopted from a client
+    // (never run) or passivated across restarts does not.
+    prepare("UPDATE runs SET epoch = epoch + 1, recovery_attempts = "
+            "recovery_attempts + CASE WHEN (?4 = 1 AND executor = '') OR "
+            "wake_at > ?3 THEN 0 ELSE 1 END, executor = ?2 WHERE id = ?1")
+      .bind(1, id)
+      .bind(2, executor)
+      .bind(3, now_ms)
+      .bind(4, std::int64_t{adopting ? 1 : 0})
+      .run();
+    result.push_back(read_run_row(id));
+  }
+  return result;
 }
 
 std::vector<journal_entry>
@@ -884,6 +900,179 @@ std::optional<journal_entry> sqlite_store::run_transaction(
     checkpoint.payload = body(session);
     insert_entry(checkpoint); // the write lock is ours: nobody came between
     return checkpoint;
+  });
+}
+
+// -- executors and listing --------------------------------------------------------
+
+namespace {
+
+/// Returns the time of day in ms (SQLite has no server clock to ask).
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+} // namespace
+
+std::int64_t sqlite_store::acquire_lease(const lease_request& r) {
+  if (lease_fd_ < 0) {
+    // One runtime per file: a lock on a file beside it (never on the
+    // database file itself, whose POSIX locks SQLite owns), released by
+    // the kernel when the process dies.
+    auto lock_path = path_ + ".runtime-lock";
+    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw perdure::error(errc::store_unavailable,
+                           "cannot open '" + lock_path + "'");
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      throw perdure::error(
+        errc::executor_in_use,
+        "another runtime uses SQLite file '" + path_
+          + "' (one runtime per file; use perdure::client in processes "
+            "that only start and signal work, or PostgreSQL for several "
+            "runtimes)");
+    }
+    lease_fd_ = fd;
+  }
+  return in_transaction([&] {
+    auto now = wall_ms();
+    prepare("INSERT INTO executors (id) VALUES (?1) ON CONFLICT (id) DO "
+            "NOTHING")
+      .bind(1, r.executor)
+      .run();
+    // Whoever else looked live died: this process holds the file.
+    prepare("UPDATE executors SET epoch = epoch + 1, state = 'lapsed' WHERE "
+            "state = 'live' AND id <> ?1")
+      .bind(1, r.executor)
+      .run();
+    prepare("UPDATE executors SET epoch = epoch + 1, state = 'live', instance "
+            "= ?2, app_version = ?3, lease_ms = ?4, heartbeat_at = ?5, "
+            "started_at = ?5 WHERE id = ?1")
+      .bind(1, r.executor)
+      .bind(2, r.instance)
+      .bind(3, r.app_version)
+      .bind(4, r.timeout_ms)
+      .bind(5, now)
+      .run();
+    auto& sel = prepare("SELECT epoch FROM executors WHERE id = ?1");
+    sel.bind(1, r.executor);
+    sel.step();
+    auto epoch = sel.int64(0);
+    sel.reset();
+    return epoch;
+  });
+}
+
+std::optional<std::vector<std::string>>
+sqlite_store::renew_lease(std::string_view executor, std::int64_t epoch) {
+  return with_retry([&]() -> std::optional<std::vector<std::string>> {
+    prepare("UPDATE executors SET heartbeat_at = ?3 WHERE id = ?1 AND epoch = "
+            "?2 AND state = 'live'")
+      .bind(1, executor)
+      .bind(2, epoch)
+      .bind(3, wall_ms())
+      .run();
+    if (sqlite3_changes(db_) != 1)
+      return std::nullopt;
+    return std::vector<std::string>{}; // no other live runtime on this file
+  });
+}
+
+bool sqlite_store::lapse_executor(std::string_view) {
+  return false; // nobody else can hold a lease on this file
+}
+
+void sqlite_store::release_lease(std::string_view executor,
+                                 std::int64_t epoch) {
+  with_retry([&] {
+    prepare("UPDATE executors SET epoch = epoch + 1, state = 'stopped' WHERE "
+            "id = ?1 AND epoch = ?2")
+      .bind(1, executor)
+      .bind(2, epoch)
+      .run();
+    return 0;
+  });
+  if (lease_fd_ >= 0) {
+    ::close(lease_fd_);
+    lease_fd_ = -1;
+  }
+}
+
+std::vector<run_record>
+sqlite_store::take_over(std::string_view executor, const claim_filter& filter,
+                        std::optional<std::string_view> only,
+                        std::int64_t now_ms) {
+  auto orphaned = std::string{"(executor = '' OR executor IN (SELECT id FROM "
+                              "executors WHERE state <> 'live'))"};
+  return in_transaction([&] {
+    if (only)
+      return claim_where(orphaned + " AND id = ?1", *only, filter, executor,
+                         now_ms, true);
+    auto runs = claim_where(orphaned + " AND ?1 IS NOT NULL", "", filter,
+                            executor, now_ms, true);
+    if (runs.empty())
+      exec("DELETE FROM executors WHERE state <> 'live' AND NOT EXISTS "
+           "(SELECT 1 FROM runs r WHERE r.executor = executors.id AND "
+           "r.status = 'PENDING')");
+    return runs;
+  });
+}
+
+std::int64_t sqlite_store::count_unclaimable(std::string_view executor,
+                                             const claim_filter& filter) {
+  return with_retry([&] {
+    std::int64_t n = 0;
+    auto& sel = prepare(
+      "SELECT name, app_version FROM runs WHERE status = 'PENDING' AND "
+      "(executor = ?1 OR executor = '' OR executor IN (SELECT id FROM "
+      "executors WHERE state <> 'live'))");
+    sel.bind(1, executor);
+    while (sel.step())
+      if (!filter.admits(sel.text(0), sel.text(1)))
+        ++n;
+    sel.reset();
+    return n;
+  });
+}
+
+run_page sqlite_store::list_runs(const run_filter& f) {
+  auto q = listing_query::from(f);
+  return with_retry([&] {
+    auto& sel = prepare(
+      "SELECT id, name, status, executor, created_at, updated_at, error, "
+      "parent_id FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL "
+      "OR name = ?2) AND (?3 IS NULL OR created_at >= CAST(?3 AS INTEGER)) "
+      "AND (?4 IS NULL OR created_at < CAST(?4 AS INTEGER)) AND (?5 IS NULL "
+      "OR (created_at, id) < (CAST(?5 AS INTEGER), ?6)) ORDER BY created_at "
+      "DESC, id DESC LIMIT ?7");
+    sel.bind_opt(1, q.status)
+      .bind_opt(2, q.name)
+      .bind_opt(3, q.after)
+      .bind_opt(4, q.before)
+      .bind_opt(5, q.cursor_at)
+      .bind_opt(6, q.cursor_id)
+      .bind(7, q.limit);
+    run_page page;
+    while (sel.step()) {
+      run_info info;
+      info.id = sel.text(0);
+      info.name = sel.text(1);
+      info.status = parse_run_status(sel.text(2)).value_or(run_status::error);
+      info.executor = sel.text(3);
+      info.created_at = from_ms(sel.int64(4));
+      info.updated_at = from_ms(sel.int64(5));
+      if (!sel.is_null(6))
+        info.error = sel.text(6);
+      if (!sel.is_null(7))
+        info.parent_id = sel.text(7);
+      page.runs.push_back(std::move(info));
+    }
+    sel.reset();
+    q.finish(page);
+    return page;
   });
 }
 

@@ -33,10 +33,20 @@ public:
                                             const run_record& child) override;
   std::optional<run_record> claim_run(std::string_view id,
                                       std::string_view executor,
+                                      const claim_filter& filter,
                                       bool count_attempt) override;
-  std::vector<std::string>
-  lost_runs(std::string_view executor, const std::vector<std::string>& ids,
-            const std::vector<std::int64_t>& epochs) override;
+  run_page list_runs(const run_filter& filter) override;
+  std::int64_t acquire_lease(const lease_request& r) override;
+  std::optional<std::vector<std::string>>
+  renew_lease(std::string_view executor, std::int64_t epoch) override;
+  bool lapse_executor(std::string_view id) override;
+  void release_lease(std::string_view executor, std::int64_t epoch) override;
+  std::vector<run_record> take_over(std::string_view executor,
+                                    const claim_filter& filter,
+                                    std::optional<std::string_view> only,
+                                    std::int64_t now_ms) override;
+  std::int64_t count_unclaimable(std::string_view executor,
+                                 const claim_filter& filter) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
   std::vector<std::string> cancel_run(std::string_view run_id,
@@ -61,6 +71,7 @@ public:
                                        std::string_view key) override;
   std::optional<run_record> get_run(std::string_view id) override;
   std::vector<run_record> claim_pending_runs(std::string_view executor,
+                                             const claim_filter& filter,
                                              std::int64_t now_ms) override;
   std::vector<journal_entry>
   load_journals(const std::vector<std::string>& run_ids) override;
@@ -85,6 +96,13 @@ private:
   template <class F>
   auto in_transaction(F&& body);
   bool fenced_ok(const std::string& run_id, const fence& owner);
+  /// Moves the PENDING runs matching SQL condition `which` (its ?1 bound
+  /// to `arg`) that `filter` admits to `executor`, epoch + 1.
+  std::vector<run_record> claim_where(const std::string& which,
+                                      std::string_view arg,
+                                      const claim_filter& filter,
+                                      std::string_view executor,
+                                      std::int64_t now_ms, bool adopting);
   bool insert_entry(const journal_entry& entry);
   std::optional<journal_entry> recorded_entry(const std::string& run_id,
                                               std::int32_t seq);
@@ -102,6 +120,8 @@ private:
   std::chrono::milliseconds retry_budget_;
   /// The disk filled since the log was last truncated.
   bool was_full_ = false;
+  /// The file lock of the runtime this store holds the lease for.
+  int lease_fd_ = -1;
   sqlite3* db_ = nullptr;
   std::map<std::string, std::unique_ptr<statement>> statements_;
 };

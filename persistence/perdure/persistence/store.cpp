@@ -21,7 +21,8 @@ std::unique_ptr<store> open_store(const store_options& opts) {
   }
   if (starts_with("postgresql://") || starts_with("postgres://"))
     return std::make_unique<postgres_store>(url, opts.schema,
-                                            opts.retry_budget);
+                                            opts.retry_budget,
+                                            opts.lease_epoch);
   throw perdure::error(errc::invalid_argument,
                        "unsupported database URL (use postgresql://... or "
                        "sqlite:///path): "

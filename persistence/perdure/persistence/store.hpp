@@ -1,6 +1,8 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "perdure/persistence/records.hpp"
+#include "perdure/run_listing.hpp"
 #include "perdure/sql_session.hpp"
 
 namespace perdure::persistence {
@@ -23,6 +26,11 @@ struct store_options {
   /// How long transient errors (lost connection, server restart,
   /// serialization failure, busy database) are retried before giving up.
   std::chrono::milliseconds retry_budget{30'000};
+  /// The lease epoch of the runtime these connections write for (see
+  /// `acquire_lease`), read at every fenced write: once a takeover bumped
+  /// it, every write fails its fence. Null (or 0): not checked (tools and
+  /// tests that write without a lease).
+  std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch;
 };
 
 /// The durable state of Perdure: one interface, two real implementations
@@ -63,26 +71,22 @@ public:
   /// for all of them (epoch + 1, so any other copy is fenced; the recovery
   /// counter + 1 if `count_attempt`), to bring it into memory: its wake-up
   /// time is cleared. Returns the run as it now is, or nothing if it is not
-  /// a PENDING run of `executor`.
-  virtual std::optional<run_record>
-  claim_run(std::string_view id, std::string_view executor, bool count_attempt)
+  /// a PENDING run of `executor` that `filter` lets it run.
+  virtual std::optional<run_record> claim_run(std::string_view id,
+                                              std::string_view executor,
+                                              const claim_filter& filter,
+                                              bool count_attempt)
     = 0;
 
-  /// Returns those of the runs `ids` (held at `epochs`) that `executor` no
-  /// longer holds at that epoch: another process claimed them, or they
-  /// ended.
-  virtual std::vector<std::string>
-  lost_runs(std::string_view executor, const std::vector<std::string>& ids,
-            const std::vector<std::int64_t>& epochs)
-    = 0;
-
-  /// Takes over every PENDING run owned by `executor`: bumps each run's
-  /// epoch (fencing out any zombie) and returns the runs as they now are.
-  /// The recovery counter goes up only for the runs that will run now (no
-  /// wake-up time, or one not after `now_ms`): a run passivated across
-  /// restarts is not being recovered again and again.
+  /// Takes over every PENDING run owned by `executor` that `filter` lets it
+  /// run: bumps each run's epoch (fencing out any zombie) and returns the
+  /// runs as they now are. The recovery counter goes up only for the runs
+  /// that will run now (no wake-up time, or one not after `now_ms`): a run
+  /// passivated across restarts is not being recovered again and again.
   virtual std::vector<run_record>
-  claim_pending_runs(std::string_view executor, std::int64_t now_ms) = 0;
+  claim_pending_runs(std::string_view executor, const claim_filter& filter,
+                     std::int64_t now_ms)
+    = 0;
 
   /// Records that run `run_id`, owned by `owner`, is out of memory until
   /// `wake_at_ms` (or clears it with nullopt). Returns false if fenced.
@@ -96,6 +100,53 @@ public:
   /// cancelled, empty if `run_id` was not PENDING.
   virtual std::vector<std::string> cancel_run(std::string_view run_id,
                                               std::int64_t at_ms)
+    = 0;
+
+  /// Returns one page of runs matching `filter`, newest first.
+  virtual run_page list_runs(const run_filter& filter) = 0;
+
+  // -- executors ----------------------------------------------------------------
+
+  /// Takes executor id `r.executor` for this process: on PostgreSQL a
+  /// session advisory lock on this store's connection (held until
+  /// `release_lease` or the connection dies, so a killed holder's death is
+  /// seen at once) and a row with a heartbeat; on SQLite a lock on the
+  /// file (one runtime per file). Bumps and returns the lease epoch, which
+  /// fences every write of a previous holder. Throws
+  /// `errc::executor_in_use` if a live process holds it, changing nothing.
+  virtual std::int64_t acquire_lease(const lease_request& r) = 0;
+
+  /// The heartbeat of lease `executor`/`epoch`: returns nothing if it was
+  /// lost (another process took the id or declared it lapsed), else the
+  /// ids of other executors whose leases lapsed (their holder's
+  /// connection is gone, or it missed heartbeats for its timeout).
+  virtual std::optional<std::vector<std::string>>
+  renew_lease(std::string_view executor, std::int64_t epoch) = 0;
+
+  /// Declares executor `id` lapsed if it still is (epoch + 1: its holder's
+  /// writes are fenced from now on); returns whether this call did.
+  virtual bool lapse_executor(std::string_view id) = 0;
+
+  /// Gives lease `executor`/`epoch` up (a clean stop): its PENDING runs
+  /// may be taken over by other processes at once.
+  virtual void release_lease(std::string_view executor, std::int64_t epoch)
+    = 0;
+
+  /// Moves PENDING runs that no live executor holds (their executor
+  /// lapsed or stopped, or a client started them) and that `filter` lets
+  /// `executor` run, to `executor` (epoch + 1): run `only` if given, else
+  /// this process's share (the runs to take divided by the live
+  /// executors). Returns them as they now are; the recovery counter goes
+  /// up as in `claim_pending_runs` for runs that had run before.
+  virtual std::vector<run_record>
+  take_over(std::string_view executor, const claim_filter& filter,
+            std::optional<std::string_view> only, std::int64_t now_ms)
+    = 0;
+
+  /// Returns how many PENDING runs of `executor`, of lapsed or stopped
+  /// executors, or started by clients, `filter` does not let it run.
+  virtual std::int64_t count_unclaimable(std::string_view executor,
+                                         const claim_filter& filter)
     = 0;
 
   // -- awakeables ---------------------------------------------------------------

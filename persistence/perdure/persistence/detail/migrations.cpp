@@ -77,6 +77,25 @@ std::vector<migration> sqlite_migrations() {
        " payload TEXT NOT NULL,"
        " created_at INTEGER NOT NULL)",
      }},
+    {5,
+     "executor leases, and runs listed newest first",
+     {
+       "CREATE TABLE executors ("
+       " id TEXT PRIMARY KEY,"
+       " lock_key INTEGER NOT NULL DEFAULT 0,"
+       " epoch INTEGER NOT NULL DEFAULT 0,"
+       " state TEXT NOT NULL DEFAULT 'stopped',"
+       " instance TEXT NOT NULL DEFAULT '',"
+       " app_version TEXT NOT NULL DEFAULT '',"
+       " lease_ms INTEGER NOT NULL DEFAULT 10000,"
+       " heartbeat_at INTEGER NOT NULL DEFAULT 0,"
+       " started_at INTEGER NOT NULL DEFAULT 0)",
+       // Runs of executors that never had a lease (before leases existed)
+       // can be taken over like those of a stopped one.
+       "INSERT INTO executors (id) SELECT DISTINCT executor FROM runs WHERE "
+       "status = 'PENDING' AND executor <> ''",
+       "CREATE INDEX runs_created ON runs (created_at, id)",
+     }},
   };
 }
 
@@ -147,6 +166,24 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      {
        "CREATE INDEX runs_delivered ON " + s + "runs (executor) WHERE wake_at "
          "= 0",
+     }},
+    {5,
+     "executor leases, and runs listed newest first",
+     {
+       // lock_key names the executor's session advisory lock.
+       "CREATE TABLE " + s + "executors ("
+       " id TEXT PRIMARY KEY,"
+       " lock_key SERIAL,"
+       " epoch BIGINT NOT NULL DEFAULT 0,"
+       " state TEXT NOT NULL DEFAULT 'stopped',"
+       " instance TEXT NOT NULL DEFAULT '',"
+       " app_version TEXT NOT NULL DEFAULT '',"
+       " lease_ms BIGINT NOT NULL DEFAULT 10000,"
+       " heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now(),"
+       " started_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+       "INSERT INTO " + s + "executors (id) SELECT DISTINCT executor FROM " + s
+         + "runs WHERE status = 'PENDING' AND executor <> ''",
+       "CREATE INDEX runs_created ON " + s + "runs (created_at, id)",
      }},
   };
 }

@@ -1,0 +1,166 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "perdure/config.hpp"
+#include "perdure/persistence/codec.hpp"
+#include "perdure/run_listing.hpp"
+#include "perdure/workflow_handle.hpp"
+
+namespace perdure {
+
+/// Options for starting a workflow.
+struct start_options {
+  /// The workflow id, which is also its idempotency key: starting again with
+  /// the same id returns the existing run. Empty: a fresh random id.
+  std::string id;
+  /// Cancel the run (and its children) if it has not ended this long after
+  /// its start; zero: no deadline. Survives restarts.
+  std::chrono::milliseconds timeout{0};
+};
+
+/// Starts, signals, watches and lists workflow runs without running any:
+/// for processes that only hand work to the runtimes sharing the database
+/// (web handlers, approvers, CLIs). A client runs no actors, recovers
+/// nothing and holds no executor lease; a run it starts is adopted by a
+/// runtime that registered its workflow. It connects when constructed.
+/// Thread-safe. `runtime` offers all of this too.
+class client {
+public:
+  /// Connects to `cfg.database_url` (creating Perdure's tables if needed).
+  /// Throws `perdure::error` (`store_unavailable`) if it cannot.
+  explicit client(config cfg);
+
+  /// Closes the connections (see `stop`).
+  virtual ~client();
+
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  // -- workflows --------------------------------------------------------------
+
+  /// Starts workflow `name` with `input`, or returns the existing run when
+  /// `opts.id` exists with the same name and input. Throws `perdure::error`:
+  /// `unknown_workflow` (a runtime that did not register it),
+  /// `invalid_argument`, `payload_too_large`, `conflicting_id` (same id,
+  /// other name or input), `not_running`.
+  template <class R, class A>
+  workflow_handle<R> start_workflow(std::string_view name, const A& input,
+                                    start_options opts = {}) {
+    auto bytes = persistence::encode(input, cfg().payload_encoding);
+    return {impl_, start_run(name, std::move(bytes), std::move(opts))};
+  }
+
+  /// Starts workflow `name`, which takes no input.
+  template <class R>
+  workflow_handle<R> start_workflow(std::string_view name,
+                                    start_options opts = {}) {
+    return {impl_, start_run(name, std::string{}, std::move(opts))};
+  }
+
+  /// Returns a handle to the run `id`, which may belong to another process.
+  template <class R>
+  workflow_handle<R> retrieve_workflow(std::string id) const {
+    return {impl_, std::move(id)};
+  }
+
+  /// Cancels run `id` and its PENDING children, from any thread: it ends
+  /// CANCELLED at once, woken if it sleeps or waits (code in a running step
+  /// finishes, but its result is not recorded). A run that already ended is
+  /// left as it is. Throws `not_found` for an unknown id.
+  void cancel(const std::string& id);
+
+  /// Returns one page of runs matching `filter`, newest first (id, name,
+  /// status, executor, times, error). Throws `invalid_argument` for a bad
+  /// limit or cursor.
+  run_page list_runs(const run_filter& filter = {});
+
+  // -- awakeables -------------------------------------------------------------
+
+  /// Completes awakeable `id` (see `workflow_context::awakeable`) with
+  /// `value`, from any thread: persisted first, then delivered; a value that
+  /// arrives before the run awaits it waits for it. Throws `perdure::error`:
+  /// `not_found` for an unknown id, `already_resolved` if it was resolved or
+  /// rejected before (the first outcome stays), `payload_too_large`.
+  template <class T>
+  void resolve_awakeable(const std::string& id, const T& value) {
+    resolve(id, true, persistence::encode(value, cfg().payload_encoding));
+  }
+
+  /// Fails awakeable `id`: the awaiting code gets a `terminal_error` with
+  /// `reason`. Same errors as `resolve_awakeable`.
+  void reject_awakeable(const std::string& id, std::string reason) {
+    resolve(id, false, std::move(reason));
+  }
+
+  // -- promises, messages, events ---------------------------------------------
+
+  /// Completes promise `name` of run `workflow_id` (see
+  /// `workflow_context::promise`), before or after the run waits for it.
+  /// Throws `not_found` (no such run), `already_resolved`,
+  /// `payload_too_large`.
+  template <class T>
+  void resolve_promise(const std::string& workflow_id, const std::string& name,
+                       const T& value) {
+    complete_promise(workflow_id, name, true,
+                     persistence::encode(value, cfg().payload_encoding));
+  }
+
+  /// Fails promise `name`: the waiting code gets a `terminal_error`.
+  void reject_promise(const std::string& workflow_id, const std::string& name,
+                      std::string reason) {
+    complete_promise(workflow_id, name, false, std::move(reason));
+  }
+
+  /// Sends `value` to run `workflow_id` on `topic`; it waits, in sending
+  /// order, for `workflow_context::recv`. Throws `not_found` (no such run),
+  /// `payload_too_large`.
+  template <class T>
+  void send(const std::string& workflow_id, const std::string& topic,
+            const T& value) {
+    send_bytes(workflow_id, topic,
+               persistence::encode(value, cfg().payload_encoding));
+  }
+
+  /// Returns event `key` of run `workflow_id` (see
+  /// `workflow_context::set_event`), waiting up to `timeout` for it to be
+  /// published; nothing if it was not by then (an unknown run too).
+  template <class T>
+  std::optional<T> get_event(const std::string& workflow_id,
+                             const std::string& key,
+                             std::chrono::milliseconds timeout = {}) {
+    auto bytes = event_bytes(workflow_id, key, timeout);
+    if (!bytes)
+      return std::nullopt;
+    return persistence::decode<T>(*bytes);
+  }
+
+  /// Returns the configuration (with the executor id filled in).
+  const config& cfg() const noexcept;
+
+protected:
+  struct runtime_mode {};
+
+  /// A runtime's: not started, not connected.
+  client(runtime_mode, config cfg);
+
+  std::shared_ptr<detail::runtime_impl> impl_;
+
+private:
+  void resolve(const std::string& id, bool ok, std::string bytes);
+  void complete_promise(const std::string& workflow_id, const std::string& name,
+                        bool ok, std::string bytes);
+  void send_bytes(const std::string& workflow_id, const std::string& topic,
+                  std::string bytes);
+  std::optional<std::string> event_bytes(const std::string& workflow_id,
+                                         const std::string& key,
+                                         std::chrono::milliseconds timeout);
+  std::string start_run(std::string_view name, std::string inputs,
+                        start_options opts);
+};
+
+} // namespace perdure

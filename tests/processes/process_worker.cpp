@@ -1,0 +1,96 @@
+// A runtime process for the processes tests: registers workflow "job" (ten
+// steps, each logged to the side table step_log with this process's pid
+// and returning that pid; step 5 transactional, writing tx_rows), starts,
+// prints READY and runs until killed (SIGTERM: a clean stop).
+//
+//   perdure-process-worker <url> <schema> <executor> <lease ms> <step ms>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "perdure/perdure.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+
+namespace {
+
+test::database db;
+
+test::sql_client& side_table() {
+  thread_local std::unique_ptr<test::sql_client> client;
+  if (!client)
+    client = std::make_unique<test::sql_client>(db);
+  return *client;
+}
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::cerr << "usage: perdure-process-worker <url> <schema> <executor> "
+                 "<lease ms> <step ms>\n";
+    return 2;
+  }
+  db.url = argv[1];
+  db.schema = argv[2];
+  db.postgres = db.url.rfind("postgres", 0) == 0;
+  auto cfg = db.runtime_config(argv[3]);
+  cfg.lease_timeout = std::chrono::milliseconds{std::stoi(argv[4])};
+  auto step_time = std::chrono::milliseconds{std::stoi(argv[5])};
+  cfg.step_threads = 8;
+  // SIGTERM is taken by sigwait below: blocked in every thread.
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &term, nullptr);
+  runtime rt{cfg};
+  auto step_log = side_table().table("step_log");
+  auto tx_rows = side_table().table("tx_rows");
+  rt.register_workflow("job", [&](workflow_context& ctx, int n) -> task<int> {
+    auto id = ctx.workflow_id();
+    for (int i = 0; i < 10; ++i) {
+      if (i == 5) {
+        co_await ctx.transaction("tx", [&](sql_session& s) {
+          s.exec_params("INSERT INTO " + tx_rows + " (run_id) VALUES ($1)", id);
+          return static_cast<long>(getpid());
+        });
+        continue;
+      }
+      co_await ctx.step("s" + std::to_string(i), [&, i] {
+        side_table().exec("INSERT INTO " + step_log
+                            + " (run_id, seq, pid, at_ms) VALUES ($1, $2, $3, "
+                              "$4)",
+                          {id, std::int64_t{i}, std::int64_t{getpid()},
+                           wall_ms()});
+        std::this_thread::sleep_for(step_time);
+        return static_cast<long>(getpid());
+      });
+    }
+    co_return n;
+  });
+  try {
+    rt.start();
+  } catch (const perdure::error& ex) {
+    std::cout << "REFUSED " << to_string(ex.code()) << std::endl;
+    return 3;
+  }
+  std::cout << "READY" << std::endl;
+  int sig = 0;
+  sigwait(&term, &sig);
+  rt.stop();
+  std::cout << "STOPPED" << std::endl;
+  return 0;
+}

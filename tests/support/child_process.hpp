@@ -1,0 +1,51 @@
+#pragma once
+
+// A real child process with its stdout on a pipe, for tests that kill,
+// stall and restart processes (SIGKILL, SIGSTOP, SIGCONT).
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace perdure::test {
+
+class child_process {
+public:
+  /// Starts `argv[0]` with `argv`.
+  explicit child_process(std::vector<std::string> argv);
+
+  /// Kills it (SIGKILL) if it still runs.
+  ~child_process();
+
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  /// Waits until it printed `word` (or `timeout` passed).
+  bool wait_for(const std::string& word, std::chrono::milliseconds timeout);
+
+  /// SIGKILL, and reaps it.
+  void sigkill();
+
+  /// Sends `signal` (SIGSTOP, SIGCONT, ...).
+  void signal(int signal);
+
+  /// Waits for a normal exit; returns the exit code (-1 on timeout/signal).
+  int wait_exit(std::chrono::seconds timeout);
+
+  pid_t pid() const noexcept {
+    return pid_;
+  }
+
+  const std::string& output() const noexcept {
+    return buffer_;
+  }
+
+private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string buffer_;
+};
+
+} // namespace perdure::test
