@@ -125,7 +125,7 @@ TEST_F(processes_test, a_killed_runtime_s_runs_finish_on_the_live_ones) {
   ASSERT_TRUE(test::eventually([&] {
     return count("SELECT COUNT(DISTINCT pid) FROM " + sql_->table("step_log"))
            == 3;
-  }, 10s));
+  }, 10s)) << sql_->scalar("SELECT string_agg(executor || ':' || n, ',') FROM (SELECT executor, COUNT(*) n FROM " + sql_->table("runs") + " GROUP BY executor) x");
   std::this_thread::sleep_for(150ms);
   auto owned = count("SELECT COUNT(*) FROM " + sql_->table("runs")
                      + " WHERE executor = 'p1' AND status = 'PENDING'");
@@ -180,11 +180,12 @@ TEST_F(processes_test, a_second_process_asking_for_a_held_id_is_refused) {
     // The holder still works.
     client c{db_.runtime_config("web")};
     EXPECT_EQ(c.start_workflow<int>("job", 7).get(30s), 7);
-    auto other = worker("dup");
-    EXPECT_TRUE(other->wait_exit(10s) == 3
-                && other->output().find("REFUSED executor_in_use")
-                     != std::string::npos)
+    test::child_process other_process{std::vector<std::string>{
+      PERDURE_PROCESS_WORKER, db_.url, db_.schema, "dup", "10000", "20"}};
+    auto* other = &other_process;
+    EXPECT_TRUE(other->wait_for("REFUSED executor_in_use", 20s))
       << other->output();
+    EXPECT_EQ(other->wait_exit(10s), 3);
   } else {
     // SQLite: one runtime per file, whatever its id.
     runtime first{db_.runtime_config("one")};
