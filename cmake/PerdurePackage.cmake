@@ -1,0 +1,38 @@
+# Install and export rules: find_package(perdure CONFIG REQUIRED) and
+# target_link_libraries(app PRIVATE perdure::perdure) from another project,
+# against an installed tree or this build tree.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(PERDURE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/perdure)
+
+install(TARGETS perdure_persistence perdure_actors perdure
+        EXPORT perdureTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/persistence/perdure
+                  ${PROJECT_SOURCE_DIR}/actors/perdure
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.hpp")
+install(FILES ${PROJECT_BINARY_DIR}/generated/perdure/version.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/perdure)
+install(EXPORT perdureTargets NAMESPACE perdure::
+        DESTINATION ${PERDURE_CMAKE_DIR})
+export(EXPORT perdureTargets NAMESPACE perdure::
+       FILE ${PROJECT_BINARY_DIR}/perdureTargets.cmake)
+
+configure_package_config_file(
+  ${PROJECT_SOURCE_DIR}/cmake/perdureConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/perdureConfig.cmake
+  INSTALL_DESTINATION ${PERDURE_CMAKE_DIR})
+write_basic_package_version_file(
+  ${PROJECT_BINARY_DIR}/perdureConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+# The build tree is a package too (CMAKE_PREFIX_PATH=<build dir>).
+configure_file(${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
+               ${PROJECT_BINARY_DIR}/FindCAF.cmake COPYONLY)
+install(FILES ${PROJECT_BINARY_DIR}/perdureConfig.cmake
+              ${PROJECT_BINARY_DIR}/perdureConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
+        DESTINATION ${PERDURE_CMAKE_DIR})

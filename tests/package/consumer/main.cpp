@@ -1,0 +1,24 @@
+// Runs one durable workflow on an SQLite file through an installed Perdure.
+//   consumer <sqlite file>
+
+#include <iostream>
+#include <string>
+
+#include <perdure/perdure.hpp>
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: consumer <sqlite file>\n";
+    return 2;
+  }
+  perdure::runtime rt{{.database_url = std::string{"sqlite://"} + argv[1]}};
+  rt.register_workflow("greet", [](perdure::workflow_context& ctx,
+                                   std::string who) -> perdure::task<std::string> {
+    co_return co_await ctx.step("greet", [&] { return "hello, " + who; });
+  });
+  rt.start();
+  auto out = rt.start_workflow<std::string>("greet", std::string{"package"})
+               .get(std::chrono::seconds{10});
+  std::cout << out << " (perdure " << perdure::version << ")\n";
+  return out == "hello, package" ? 0 : 1;
+}
