@@ -9,6 +9,10 @@
 #include "perdure/clock.hpp"
 #include "perdure/persistence/codec.hpp"
 
+namespace spdlog {
+class logger;
+} // namespace spdlog
+
 namespace perdure {
 
 /// Everything a runtime needs to know. An aggregate: set fields with
@@ -60,6 +64,11 @@ struct config {
   /// seen at once on PostgreSQL (its session lock goes with it) and its
   /// runs are taken over within about a second.
   std::chrono::milliseconds lease_timeout{10'000};
+  /// Where Perdure logs: the application's spdlog logger, whose level and
+  /// sinks apply. Null: spdlog's default logger. Lines name the run (and
+  /// step); a flood of one warning (runs fenced after a takeover) is
+  /// summarised, one line per 5 s.
+  std::shared_ptr<spdlog::logger> logger;
   /// How often a handle waiting on a run owned by another process polls.
   std::chrono::milliseconds poll_interval{100};
   /// How soon a run left without an actor while the process lives (its

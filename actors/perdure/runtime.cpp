@@ -108,7 +108,8 @@ std::string process_executor_id() {
 runtime_impl::runtime_impl(config c, bool client)
   : cfg(std::move(c)), client_mode(client),
     clock(cfg.clock ? cfg.clock : perdure::system_clock()),
-    instance_(random_id()) {
+    instance_(random_id()),
+    logger_(cfg.logger ? cfg.logger : spdlog::default_logger()) {
   if (cfg.executor_id.empty())
     cfg.executor_id = process_executor_id();
 }
@@ -252,7 +253,7 @@ void runtime_impl::recover() {
     return db.claim_pending_runs(cfg.executor_id, filter_, clock->now_ms());
   });
   if (!runs.empty())
-    spdlog::info("perdure: recovering {} pending runs of executor '{}'",
+    log().info("perdure: recovering {} pending runs of executor '{}'",
                  runs.size(), cfg.executor_id);
   bring_in(std::move(runs));
   take_over_now(std::nullopt); // what died with other processes meanwhile
@@ -341,7 +342,7 @@ void runtime_impl::take_over_now(std::optional<std::string> only) {
       if (runs.empty())
         break;
       if (!only)
-        spdlog::info("perdure: executor '{}' took over {} runs of stopped or "
+        log().info("perdure: executor '{}' took over {} runs of stopped or "
                      "lapsed executors",
                      cfg.executor_id, runs.size());
       bring_in(std::move(runs));
@@ -350,7 +351,7 @@ void runtime_impl::take_over_now(std::optional<std::string> only) {
     }
     count_left();
   } catch (const std::exception& ex) {
-    spdlog::warn("perdure: taking over runs failed ({}); trying again later",
+    log().warn("perdure: taking over runs failed ({}); trying again later",
                  ex.what());
   }
 }
@@ -360,7 +361,7 @@ void runtime_impl::count_left() {
     return db.count_unclaimable(cfg.executor_id, filter_);
   });
   if (left_pending_.exchange(left) != left && left > 0)
-    spdlog::info("perdure: executor '{}' leaves {} PENDING runs to processes "
+    log().info("perdure: executor '{}' leaves {} PENDING runs to processes "
                  "that can run them (their workflow is not registered here, "
                  "or they were started by another app version)",
                  cfg.executor_id, left);
@@ -382,7 +383,7 @@ void runtime_impl::heartbeat() {
   try {
     lapsed = lease_store_->renew_lease(cfg.executor_id, lease_epoch_->load());
   } catch (const std::exception& ex) {
-    spdlog::warn("perdure: executor '{}' could not renew its lease: {}",
+    log().warn("perdure: executor '{}' could not renew its lease: {}",
                  cfg.executor_id, ex.what());
     return;
   }
@@ -394,13 +395,13 @@ void runtime_impl::heartbeat() {
     try {
       if (!lease_store_->lapse_executor(id))
         continue; // another process declared it first
-      spdlog::warn("perdure: executor '{}' lapsed (its process died, or "
+      log().warn("perdure: executor '{}' lapsed (its process died, or "
                    "stalled past its lease): taking its runs over",
                    id);
       lease_store_->notify("x:" + id);
       take_over();
     } catch (const std::exception& ex) {
-      spdlog::warn("perdure: could not declare executor '{}' lapsed: {}", id,
+      log().warn("perdure: could not declare executor '{}' lapsed: {}", id,
                    ex.what());
     }
   }
@@ -411,7 +412,7 @@ void runtime_impl::heartbeat() {
 }
 
 void runtime_impl::lose_lease() {
-  spdlog::error("perdure: executor '{}' lost its lease (this process stalled "
+  log().error("perdure: executor '{}' lost its lease (this process stalled "
                 "or was cut off for longer than lease_timeout, and another "
                 "declared it lapsed): its runs stop here and nothing it "
                 "writes is accepted until it holds the lease again",
@@ -446,12 +447,12 @@ void runtime_impl::regain_lease() {
       try {
         recover();
       } catch (const std::exception& ex) {
-        spdlog::warn("perdure: recovery after regaining the lease failed: {}",
+        log().warn("perdure: recovery after regaining the lease failed: {}",
                      ex.what());
       }
     });
   }
-  spdlog::warn("perdure: executor '{}' holds its lease again; it recovers "
+  log().warn("perdure: executor '{}' holds its lease again; it recovers "
                "the runs nobody took over",
                cfg.executor_id);
 }
@@ -512,7 +513,7 @@ void runtime_impl::release_lease() {
     lease_store_->notify("x:" + cfg.executor_id);
   } catch (const std::exception& ex) {
     // It lapses by itself: the lock went with the connection.
-    spdlog::warn("perdure: executor '{}' could not give its lease up: {}",
+    log().warn("perdure: executor '{}' could not give its lease up: {}",
                  cfg.executor_id, ex.what());
   }
   lease_store_.reset();
@@ -527,7 +528,7 @@ void runtime_impl::announce(char kind, const std::string& id) {
     });
   } catch (const std::exception& ex) {
     // Stored anyway: the owner's sweep finds it.
-    spdlog::warn("perdure: could not announce a delivery to run {}: {}", id,
+    log().warn("perdure: could not announce a delivery to run {}: {}", id,
                  ex.what());
   }
 }
@@ -541,7 +542,7 @@ void runtime_impl::sweep() {
       if (!is_active(id))
         revive(id);
   } catch (const std::exception& ex) {
-    spdlog::warn("perdure: sweep failed: {}", ex.what());
+    log().warn("perdure: sweep failed: {}", ex.what());
   }
 }
 
@@ -550,13 +551,13 @@ void runtime_impl::deadline_passed(const std::string& id) {
     auto ids = stores->with(
       [&](persistence::store& db) { return db.cancel_run(id, clock->now_ms()); });
     if (!ids.empty())
-      spdlog::info("perdure: run {} passed its deadline: cancelled", id);
+      log().info("perdure: run {} passed its deadline: cancelled", id);
     for (auto& c : ids)
       cancelled(c);
     if (!ids.empty())
       tell_parent(id);
   } catch (const std::exception& ex) {
-    spdlog::warn("perdure: could not cancel run {} at its deadline ({}); "
+    log().warn("perdure: could not cancel run {} at its deadline ({}); "
                  "trying again",
                  id, ex.what());
     std::lock_guard guard{active_mtx_};
@@ -652,7 +653,7 @@ void runtime_impl::revive(const std::string& id, bool count_attempt) {
       [&](persistence::store& db) { return db.load_journals({id}); });
     spawn_run(std::move(*run), std::move(journal));
   } catch (const std::exception& ex) {
-    spdlog::warn("perdure: could not bring run {} back ({}); trying again "
+    log().warn("perdure: could not bring run {} back ({}); trying again "
                  "soon",
                  id, ex.what());
     orphaned(id);
@@ -690,7 +691,7 @@ void runtime_impl::spawn_run(persistence::run_record run,
   if (workflows.count(run.name) == 0) {
     // Claims filter these out; a run that slips through stays PENDING
     // for a process that knows its workflow (never ERROR for lacking it).
-    spdlog::warn("perdure: run {} is of workflow '{}', not registered here; "
+    log().warn("perdure: run {} is of workflow '{}', not registered here; "
                  "left PENDING",
                  run.id, run.name);
     return;
@@ -743,7 +744,31 @@ void runtime_impl::orphaned(const std::string& id, bool crashed) {
   orphans_[id] |= crashed;
 }
 
+void runtime_impl::report_fenced(const std::string& id) {
+  std::lock_guard guard{log_mtx_};
+  auto now = std::chrono::steady_clock::now();
+  if (now < fenced_window_end_) {
+    ++fenced_unreported_;
+    return;
+  }
+  fenced_window_end_ = now + std::chrono::seconds{5};
+  log().warn("perdure: run {} is owned elsewhere now (fenced); this process "
+             "stops running it",
+             id);
+}
+
+void runtime_impl::flush_log_summaries() {
+  std::lock_guard guard{log_mtx_};
+  if (fenced_unreported_ == 0
+      || std::chrono::steady_clock::now() < fenced_window_end_)
+    return;
+  log().warn("perdure: {} more runs were fenced (owned elsewhere now) and "
+             "stopped here in the last 5 s",
+             std::exchange(fenced_unreported_, 0));
+}
+
 void runtime_impl::housekeeping() {
+  flush_log_summaries();
   std::lock_guard guard{active_mtx_};
   if (!running_)
     return;
@@ -765,7 +790,7 @@ void runtime_impl::revive_orphans() {
     std::lock_guard guard{active_mtx_};
     ids.swap(orphans_);
   }
-  spdlog::info("perdure: reviving {} runs left without an actor", ids.size());
+  log().info("perdure: reviving {} runs left without an actor", ids.size());
   // A crashed actor counts as a recovery (a run that crashes its actor
   // every time must end); a store outage does not (a long-lived run may
   // see many). A failure makes the run an orphan again.
@@ -953,7 +978,7 @@ client::~client() {
   try {
     impl_->stop();
   } catch (const std::exception& ex) {
-    spdlog::error("perdure: {}", ex.what());
+    impl_->log().error("perdure: {}", ex.what());
   }
 }
 
@@ -976,7 +1001,7 @@ runtime::~runtime() {
   try {
     stop();
   } catch (const std::exception& ex) {
-    spdlog::error("perdure: {}", ex.what());
+    impl_->log().error("perdure: {}", ex.what());
   }
 }
 
@@ -1033,7 +1058,7 @@ void start_unowned(detail::runtime_impl& rt, persistence::run_record run) {
       [&](persistence::store& db) { db.notify("n:" + run.id); });
   } catch (const std::exception& ex) {
     // Stored anyway: runtimes find unowned runs every few seconds.
-    spdlog::warn("perdure: could not announce run {}: {}", run.id, ex.what());
+    rt.log().warn("perdure: could not announce run {}: {}", run.id, ex.what());
   }
 }
 

@@ -7,6 +7,11 @@
 #include <string>
 #include <thread>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
 #include "perdure/perdure.hpp"
 #include "support/test_support.hpp"
 
@@ -236,6 +241,29 @@ TEST_F(workflow_test, the_same_id_with_other_inputs_or_name_is_a_clear_error) {
     }
   }
   EXPECT_EQ(rt.retrieve_workflow<int>("dup").get(10s), 1);
+}
+
+TEST_F(workflow_test, perdure_logs_through_the_application_s_logger) {
+  std::ostringstream lines;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(lines);
+  auto logger = std::make_shared<spdlog::logger>("app", sink);
+  logger->set_level(spdlog::level::info);
+  auto c = cfg();
+  c.logger = logger;
+  runtime rt{c};
+  rt.register_workflow("waits", [](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.promise<int>("never");
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("waits", {.id = "logged-run"});
+  h.cancel();
+  EXPECT_EQ(h.status(), run_status::cancelled);
+  EXPECT_TRUE(test::eventually([&] {
+    return lines.str().find("run logged-run cancelled") != std::string::npos;
+  }, 5s))
+    << lines.str();
+  // The level is the application's: debug lines stay out.
+  EXPECT_EQ(lines.str().find("[debug]"), std::string::npos) << lines.str();
 }
 
 TEST_F(workflow_test, another_process_reads_the_result_by_id) {

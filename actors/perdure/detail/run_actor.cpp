@@ -374,7 +374,7 @@ struct run_state : run_core {
           found = true;
         }
       } catch (const std::exception& ex) {
-        spdlog::error("perdure: run {} could not check its wait: {}", run,
+        rt->log().error("perdure: run {} could not check its wait: {}", run,
                       ex.what());
       }
       send_reply(me, reply::found, seq, static_cast<std::int32_t>(w.result),
@@ -511,14 +511,15 @@ struct run_state : run_core {
     auto me = caf::actor_cast<caf::actor>(self);
     auto seen = rt->wake_count(run_id_);
     rt->control->post([me, seq = op->seq, seen, wake_at, fence = owner(),
-                     id = run_id_, pool = rt->stores.get()] {
+                       id = run_id_, pool = rt->stores.get(),
+                       log = &rt->log()] {
       bool ok = false;
       try {
         ok = pool->with([&](persistence::store& db) {
           return db.set_wake_at(fence, id, wake_at);
         });
       } catch (const std::exception& ex) {
-        spdlog::error("perdure: run {} could not passivate: {}", id,
+        log->error("perdure: run {} could not passivate: {}", id,
                       ex.what());
       }
       send_reply(me, reply::passive, seq, ok ? 1 : 0, 0, wake_at,
@@ -554,7 +555,7 @@ struct run_state : run_core {
     if (op && op->seq == seq && rt->finish_passivation(run_id_, epoch, seen)) {
       if (wake_at != passivated_forever)
         rt->timers->schedule({wake_at, run_id_, -1});
-      spdlog::debug("perdure: run {} passivated", run_id_);
+      rt->log().debug("perdure: run {} passivated", run_id_);
       self->quit(); // the state, and with it the coroutine frame, goes
       return;
     }
@@ -573,14 +574,14 @@ struct run_state : run_core {
     auto me = caf::actor_cast<caf::actor>(self);
     waking = true;
     rt->control->post([me, fence = owner(), id = run_id_,
-                       pool = rt->stores.get()] {
+                       pool = rt->stores.get(), log = &rt->log()] {
       try {
         pool->with([&](persistence::store& db) {
           return db.set_wake_at(fence, id, std::nullopt);
         });
         send_reply(me, reply::awake, 0, 1, 0, 0, {}, {});
       } catch (const std::exception& ex) {
-        spdlog::warn("perdure: run {} could not record that it is awake "
+        log->warn("perdure: run {} could not record that it is awake "
                      "({}); it restarts",
                      id, ex.what());
         send_signal(me, run_signal::restart, 0);
@@ -618,7 +619,7 @@ struct run_state : run_core {
   }
 
   void on_cancel() {
-    spdlog::info("perdure: run {} cancelled", run_id_);
+    rt->log().info("perdure: run {} cancelled", run_id_);
     stop(run_outcome{run_status::cancelled, std::nullopt,
                      std::string{"cancelled"}});
   }
@@ -777,7 +778,7 @@ struct run_state : run_core {
     auto kind = static_cast<persistence::outcome>(result);
     if (kind == persistence::outcome::failed
         && attempt < op->policy.max_attempts) {
-      spdlog::debug("perdure: run {} step '{}' attempt {} failed: {}", run_id_,
+      rt->log().debug("perdure: run {} step '{}' attempt {} failed: {}", run_id_,
                     op->name, attempt, error);
       self->delayed_send(self, retry_delay(), run_atom::value,
                          signal_base
@@ -846,7 +847,7 @@ struct run_state : run_core {
         lost_ownership();
         return false;
       case persistence::write_ack::failed:
-        spdlog::error("perdure: run {} stops: {} could not be written; it "
+        rt->log().error("perdure: run {} stops: {} could not be written; it "
                       "is revived when the store answers again",
                       run_id_, what);
         restart();
@@ -858,9 +859,7 @@ struct run_state : run_core {
   }
 
   void lost_ownership() {
-    spdlog::warn("perdure: run {} is owned elsewhere now (fenced); this "
-                 "process stops running it",
-                 run_id_);
+    rt->report_fenced(run_id_);
     rt->fenced_from(run_id_, epoch);
     stop(std::nullopt);
   }
@@ -962,7 +961,7 @@ struct run_state : run_core {
   void start_code() {
     auto start = std::move(pending_start);
     if (fatal_) { // a journal row that cannot be read: this run alone fails
-      spdlog::error("perdure: run {} cannot be replayed: {}", run_id_, *fatal_);
+      rt->log().error("perdure: run {} cannot be replayed: {}", run_id_, *fatal_);
       abandoned = true;
       finish();
       return;
@@ -991,11 +990,11 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
   // The coroutine keeps its own exceptions; the handlers below only move
   // values around, and anything unexpected ends this actor alone, leaving
   // the run PENDING for recovery.
-  self->set_exception_handler([self](std::exception_ptr& ep) -> caf::error {
+  self->set_exception_handler([self, rt](std::exception_ptr& ep) -> caf::error {
     try {
       std::rethrow_exception(ep);
     } catch (const std::exception& ex) {
-      spdlog::error("perdure: run {} actor failed: {}", self->state.run_id(),
+      rt->log().error("perdure: run {} actor failed: {}", self->state.run_id(),
                     ex.what());
     } catch (...) {
     }
@@ -1015,7 +1014,7 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
       self->quit(msg.reason);
   });
   return {
-    [self](run_atom, std::int32_t kind, std::int32_t seq, std::int32_t a,
+    [self, rt](run_atom, std::int32_t kind, std::int32_t seq, std::int32_t a,
            std::int32_t b, std::int64_t c, std::string& payload,
            std::string& error) {
       auto& st = self->state;
@@ -1030,7 +1029,7 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
       } catch (const std::exception& ex) {
         // Caught here, not by CAF: CAF would end the actor at once, and
         // with it the frame a step body in flight may still use.
-        spdlog::error("perdure: run {} actor failed: {}", st.run_id(),
+        rt->log().error("perdure: run {} actor failed: {}", st.run_id(),
                       ex.what());
         st.crash();
       }

@@ -6,6 +6,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include <spdlog/logger.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <optional>
@@ -64,6 +66,15 @@ public:
   std::unique_ptr<timer_service> timers;
   /// Deliveries made by other processes (PostgreSQL only).
   std::unique_ptr<persistence::delivery_listener> listener;
+
+  /// Returns where Perdure logs (`config::logger`, else spdlog's default).
+  spdlog::logger& log() const {
+    return *logger_;
+  }
+
+  /// Logs that run `id` was fenced (owned elsewhere now): the first at
+  /// once, the rest of a burst as one count per 5 s.
+  void report_fenced(const std::string& id);
 
   /// Returns whether `start()` ran and `stop()` did not.
   bool running() const;
@@ -229,6 +240,11 @@ private:
   void on_notice(const std::string& notice);
 
   std::string instance_;
+  std::shared_ptr<spdlog::logger> logger_;
+  std::mutex log_mtx_;
+  std::chrono::steady_clock::time_point fenced_window_end_{};
+  std::size_t fenced_unreported_ = 0;
+  void flush_log_summaries();
   std::unique_ptr<ticker> housekeeper_;
   /// What this process may claim (its workflows and app version).
   persistence::claim_filter filter_;
