@@ -6,7 +6,9 @@
 //   perdure-bench <scenario> --store pg|sqlite [--url URL] [--schema S]
 //                 [--workflows W] [--steps S] [--baseline-rows-per-s R]
 //
-// Scenarios: baseline, step_throughput, step_latency, recovery,
+// Scenarios: baseline, step_throughput (--processes N: N runtimes on one
+// database), step_throughput_sustained (--in-flight N), takeover (pg),
+// step_latency (with ratio_to_commit), recovery,
 // sleeping_memory (--workflows N runs sleeping an hour), timer_lateness
 // (--workflows N timers spread over --steps S seconds).
 
@@ -30,6 +32,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,6 +57,8 @@ struct options {
   int workflows = 0;
   int steps = 0;
   int incarnation = 0;
+  int processes = 1;
+  int in_flight = 256;
   double baseline_rows_per_s = 0;
   std::string self; // argv[0], for the recovery child
 };
@@ -72,6 +77,8 @@ options parse(int argc, char** argv) {
     else if (k == "--workflows") o.workflows = std::stoi(v);
     else if (k == "--steps") o.steps = std::stoi(v);
     else if (k == "--incarnation") o.incarnation = std::stoi(v);
+    else if (k == "--processes") o.processes = std::stoi(v);
+    else if (k == "--in-flight") o.in_flight = std::stoi(v);
     else if (k == "--baseline-rows-per-s") o.baseline_rows_per_s = std::stod(v);
     else throw std::runtime_error("unknown option " + k);
   }
@@ -244,9 +251,16 @@ task<int> trivial_steps(workflow_context& ctx, int steps) {
 
 void step_throughput(const options& o) {
   auto db = database_for(o);
-  runtime rt{runtime_config(db)};
-  rt.register_workflow("trivial", trivial_steps);
-  rt.start();
+  // --processes N: N runtimes (executor leases of their own) on one
+  // database, each starting its share.
+  std::vector<std::unique_ptr<runtime>> runtimes;
+  for (int p = 0; p < std::max(1, o.processes); ++p) {
+    auto cfg = runtime_config(db);
+    cfg.executor_id = "bench-" + std::to_string(p);
+    runtimes.push_back(std::make_unique<runtime>(cfg));
+    runtimes.back()->register_workflow("trivial", trivial_steps);
+    runtimes.back()->start();
+  }
   // Workflows are started the way a server starts them: from several
   // request threads at once (each start is durable before it returns).
   auto clients = std::min(o.workflows, start_threads());
@@ -259,7 +273,8 @@ void step_throughput(const options& o) {
       starters.emplace_back([&, c] {
         for (int w = c; w < o.workflows; w += clients)
           handles[static_cast<size_t>(c)].push_back(
-            rt.start_workflow<int>("trivial", o.steps));
+            runtimes[static_cast<size_t>(w) % runtimes.size()]
+              ->start_workflow<int>("trivial", o.steps));
       });
   }
   auto start_secs = seconds_since(t0);
@@ -275,6 +290,7 @@ void step_throughput(const options& o) {
   auto j = header(o);
   j.add("workflows", o.workflows)
     .add("steps", o.steps)
+    .add("processes", static_cast<double>(runtimes.size()))
     .add("start_threads", clients)
     .add("seconds", secs)
     .add("start_seconds", start_secs)
@@ -288,7 +304,63 @@ void step_throughput(const options& o) {
   j.print();
 }
 
+// -- step_throughput_sustained ------------------------------------------------------
+
+/// `o.workflows` workflows of `o.steps` steps, `o.in_flight` of them in
+/// flight at all times (a lane starts the next when its last one ends),
+/// starts included: how the peers are measured.
+void step_throughput_sustained(const options& o) {
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  rt.register_workflow("trivial", trivial_steps);
+  rt.start();
+  int expected = o.steps * (o.steps - 1) / 2;
+  std::atomic<int> next{0}, wrong{0};
+  auto t0 = bench_clock::now();
+  {
+    std::vector<std::jthread> lanes;
+    for (int l = 0; l < o.in_flight; ++l)
+      lanes.emplace_back([&] {
+        while (next.fetch_add(1) < o.workflows)
+          if (rt.start_workflow<int>("trivial", o.steps).get(300s) != expected)
+            ++wrong;
+      });
+  }
+  auto secs = seconds_since(t0);
+  if (wrong > 0)
+    throw std::runtime_error("wrong workflow output");
+  double steps = static_cast<double>(o.workflows) * o.steps;
+  auto j = header(o);
+  j.add("workflows", o.workflows)
+    .add("steps", o.steps)
+    .add("in_flight", o.in_flight)
+    .add("seconds", secs)
+    .add("steps_per_s", steps / secs)
+    .add("workflows_per_s", o.workflows / secs);
+  if (o.baseline_rows_per_s > 0)
+    j.add("baseline_rows_per_s", o.baseline_rows_per_s)
+      .add("ratio_to_baseline", steps / secs / o.baseline_rows_per_s);
+  j.print();
+}
+
 // -- step_latency -----------------------------------------------------------------
+
+/// Returns the median time of committing one plain one-row INSERT (the
+/// floor under any durable step), measured `n` times.
+double commit_p50_us(const test::database& db, int n) {
+  test::sql_client sql{db};
+  auto table = sql.table("commit_probe");
+  sql.exec("CREATE TABLE " + table + " (id INTEGER, payload TEXT)");
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i) {
+    auto t = bench_clock::now();
+    sql.exec("INSERT INTO " + table + " VALUES ($1, 'x')", {std::int64_t{i}});
+    v.push_back(std::chrono::duration<double, std::micro>(bench_clock::now() - t)
+                  .count());
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 std::vector<double> latencies_us;
 
@@ -318,8 +390,11 @@ void step_latency(const options& o) {
   auto pct = [&](double p) {
     return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
   };
+  auto commit = commit_p50_us(db, 500);
   header(o)
     .add("steps", o.steps)
+    .add("commit_p50_us", commit)
+    .add("ratio_to_commit", pct(0.50) / commit)
     .add("p50_us", pct(0.50))
     .add("p90_us", pct(0.90))
     .add("p99_us", pct(0.99))
@@ -443,6 +518,122 @@ void recovery(const options& o) {
     .add("recover_ms", ms)
     .add("reexecuted_checkpointed_steps", static_cast<double>(again))
     .add("success_runs", static_cast<double>(ok))
+    .print();
+}
+
+// -- takeover ---------------------------------------------------------------------
+
+std::mutex executed_mtx;
+std::vector<std::pair<std::string, int>> executed; // by the live process
+
+/// A run of the takeover scenario: steps of about a millisecond, so that
+/// the kill finds runs mid-way.
+task<int> slow_steps(workflow_context& ctx, int steps) {
+  int sum = 0;
+  for (int i = 0; i < steps; ++i)
+    sum += co_await ctx.step("s" + std::to_string(i), [i] {
+      std::this_thread::sleep_for(1ms);
+      return i;
+    });
+  co_return sum;
+}
+
+/// The victim: starts the runs (owned by its executor), prints STARTED,
+/// runs until killed.
+int takeover_child(const options& o) {
+  auto db = database_for(o);
+  auto cfg = runtime_config(db);
+  cfg.executor_id = "victim";
+  runtime rt{cfg};
+  rt.register_workflow("ten", slow_steps);
+  rt.start();
+  for (int w = 0; w < o.workflows; ++w)
+    rt.start_workflow<int>("ten", o.steps, {.id = "t" + std::to_string(w)});
+  std::cout << "STARTED" << std::endl;
+  std::this_thread::sleep_for(1h);
+  return 1;
+}
+
+/// A process running `o.workflows` x `o.steps` is SIGKILLed mid-run while
+/// this one is live: how long until every run is SUCCESS here, and how
+/// many steps checkpointed before the kill ran again.
+void takeover(const options& o) {
+  if (o.store != "pg")
+    throw std::runtime_error("takeover needs --store pg (SQLite runs one "
+                             "runtime per file)");
+  auto db = database_for(o);
+  auto cfg = runtime_config(db);
+  cfg.executor_id = "live";
+  runtime live{cfg};
+  live.register_workflow("ten", [](workflow_context& ctx, int steps) -> task<int> {
+    int sum = 0;
+    for (int i = 0; i < steps; ++i)
+      sum += co_await ctx.step("s" + std::to_string(i), [&ctx, i] {
+        {
+          std::lock_guard guard{executed_mtx};
+          executed.emplace_back(ctx.workflow_id(), i);
+        }
+        std::this_thread::sleep_for(1ms);
+        return i;
+      });
+    co_return sum;
+  });
+  live.start();
+  int out = -1;
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0)
+    throw std::runtime_error("pipe");
+  auto pid = fork();
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    auto w = std::to_string(o.workflows), s = std::to_string(o.steps);
+    execl(o.self.c_str(), o.self.c_str(), "takeover-child", "--store", "pg",
+          "--url", db.url.c_str(), "--schema", db.schema.c_str(),
+          "--workflows", w.c_str(), "--steps", s.c_str(), nullptr);
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  out = pipe_fds[0];
+  read_until(out, "STARTED");
+  test::sql_client sql{db};
+  // Mid-run: a third of the steps checkpointed.
+  auto third = static_cast<long>(o.workflows) * o.steps / 3;
+  while (count_rows(sql, "journal") < third)
+    std::this_thread::sleep_for(1ms);
+  kill(pid, SIGKILL);
+  auto killed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  auto t0 = bench_clock::now();
+  waitpid(pid, nullptr, 0);
+  close(out);
+  auto unfinished = count_rows(sql, "runs", "status = 'PENDING'");
+  for (int w = 0; w < o.workflows; ++w)
+    live.retrieve_workflow<int>("t" + std::to_string(w)).get(300s);
+  auto ms = seconds_since(t0) * 1000;
+  // A step the victim checkpointed (before the kill) that ran here again.
+  std::set<std::pair<std::string, int>> before;
+  for (auto& row : sql.exec("SELECT run_id, seq FROM " + sql.table("journal")
+                            + " WHERE created_at < "
+                            + std::to_string(killed_ms))
+                     .rows)
+    before.emplace(*row[0], std::stoi(*row[1]));
+  long again = 0;
+  {
+    std::lock_guard guard{executed_mtx};
+    for (auto& e : executed)
+      again += before.count(e) > 0 ? 1 : 0;
+  }
+  header(o)
+    .add("workflows", o.workflows)
+    .add("steps", o.steps)
+    .add("unfinished_at_kill", static_cast<double>(unfinished))
+    .add("takeover_ms", ms)
+    .add("reexecuted_checkpointed_steps", static_cast<double>(again))
+    .add("success_runs",
+         static_cast<double>(count_rows(sql, "runs", "status = 'SUCCESS'")))
     .print();
 }
 
@@ -621,6 +812,12 @@ int main(int argc, char** argv) {
       timer_lateness(o);
     } else if (o.scenario == "recovery-child") {
       return recovery_child(o);
+    } else if (o.scenario == "step_throughput_sustained") {
+      step_throughput_sustained(o);
+    } else if (o.scenario == "takeover") {
+      takeover(o);
+    } else if (o.scenario == "takeover-child") {
+      return takeover_child(o);
     } else {
       std::cerr << "unknown scenario " << o.scenario << "\n";
       return 2;
