@@ -167,20 +167,40 @@ void runtime_impl::start() {
   for (auto& [name, entry] : workflows)
     filter_.names.push_back(name);
   filter_.app_version = cfg.app_version;
+  {
+    std::lock_guard guard{active_mtx_};
+    lease_lost_ = false;
+    fenced_.clear();
+  }
   try {
     // First the lease: a second process with this id changes nothing.
-    lease_store_ = persistence::open_store(opts);
-    lease_epoch_->store(lease_store_->acquire_lease(
-      {.executor = cfg.executor_id,
-       .instance = instance_,
-       .app_version = cfg.app_version,
-       .timeout_ms = cfg.lease_timeout.count()}));
+    lease_ = std::make_unique<executor_lease>(
+      opts, lease_epoch_,
+      persistence::lease_request{.executor = cfg.executor_id,
+                                 .instance = instance_,
+                                 .app_version = cfg.app_version,
+                                 .timeout_ms = cfg.lease_timeout.count()},
+      log());
+    lease_->acquire();
   } catch (...) {
-    lease_store_.reset();
+    lease_.reset();
     std::lock_guard guard{control_mtx_};
     control_.reset();
     throw;
   }
+  try {
+    start_holding_lease(opts);
+  } catch (...) {
+    {
+      std::lock_guard guard{active_mtx_};
+      running_ = false;
+    }
+    shut_down(); // gives the lease up again
+    throw;
+  }
+}
+
+void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   std::vector<std::unique_ptr<persistence::store>> journal;
   auto writers = std::string_view{control_->dialect()} == "sqlite"
                    ? std::size_t{1}
@@ -218,8 +238,16 @@ void runtime_impl::start() {
     opts, [this](const std::string& notice) { on_notice(notice); });
   housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},
                                           [this] { housekeeping(); });
-  heartbeat_ = std::make_unique<ticker>(heartbeat_interval(cfg),
-                                        [this] { heartbeat(); });
+  lease_->start_heartbeats(
+    heartbeat_interval(cfg),
+    {.lost = [this] { lose_lease(); },
+     .regained = [this] { regain_lease(); },
+     .renewed = [this](std::size_t declared) {
+       // Now and then, whatever is left for this process too (runs whose
+       // workflow no live process had, runs a client started unheard).
+       if (declared > 0 || ++beats_ % 20 == 0)
+         take_over();
+     }});
 }
 
 void runtime_impl::on_notice(const std::string& notice) {
@@ -249,6 +277,19 @@ void runtime_impl::on_notice(const std::string& notice) {
 }
 
 void runtime_impl::recover() {
+  // Runs of this id it cannot run (restarted without their workflow, or
+  // at another version) go to processes that can.
+  auto released = with_control([&](persistence::store& db) {
+    auto n = db.release_unclaimable(cfg.executor_id, filter_);
+    if (n > 0)
+      db.notify("x:" + cfg.executor_id);
+    return n;
+  });
+  if (released > 0)
+    log().info("perdure: executor '{}' gives up {} PENDING runs it cannot "
+               "run (their workflow is not registered here, or another app "
+               "version started them)",
+               cfg.executor_id, released);
   auto runs = with_control([&](persistence::store& db) {
     return db.claim_pending_runs(cfg.executor_id, filter_, clock->now_ms());
   });
@@ -367,56 +408,7 @@ void runtime_impl::count_left() {
                  cfg.executor_id, left);
 }
 
-void runtime_impl::heartbeat() {
-  bool lost = false;
-  {
-    std::lock_guard guard{active_mtx_};
-    if (!running_)
-      return;
-    lost = lease_lost_;
-  }
-  if (lost) {
-    regain_lease();
-    return;
-  }
-  std::optional<std::vector<std::string>> lapsed;
-  try {
-    lapsed = lease_store_->renew_lease(cfg.executor_id, lease_epoch_->load());
-  } catch (const std::exception& ex) {
-    log().warn("perdure: executor '{}' could not renew its lease: {}",
-                 cfg.executor_id, ex.what());
-    return;
-  }
-  if (!lapsed) {
-    lose_lease();
-    return;
-  }
-  for (auto& id : *lapsed) {
-    try {
-      if (!lease_store_->lapse_executor(id))
-        continue; // another process declared it first
-      log().warn("perdure: executor '{}' lapsed (its process died, or "
-                   "stalled past its lease): taking its runs over",
-                   id);
-      lease_store_->notify("x:" + id);
-      take_over();
-    } catch (const std::exception& ex) {
-      log().warn("perdure: could not declare executor '{}' lapsed: {}", id,
-                   ex.what());
-    }
-  }
-  // Now and then, whatever is left for this process (runs whose workflow
-  // no live process had, runs a client started while no runtime heard).
-  if (++beats_ % 20 == 0)
-    take_over();
-}
-
 void runtime_impl::lose_lease() {
-  log().error("perdure: executor '{}' lost its lease (this process stalled "
-                "or was cut off for longer than lease_timeout, and another "
-                "declared it lapsed): its runs stop here and nothing it "
-                "writes is accepted until it holds the lease again",
-                cfg.executor_id);
   std::lock_guard guard{active_mtx_};
   lease_lost_ = true;
   for (auto& [id, a] : active_)
@@ -426,35 +418,30 @@ void runtime_impl::lose_lease() {
 }
 
 void runtime_impl::regain_lease() {
-  std::int64_t epoch = 0;
-  try {
-    epoch = lease_store_->acquire_lease({.executor = cfg.executor_id,
-                                         .instance = instance_,
-                                         .app_version = cfg.app_version,
-                                         .timeout_ms
-                                         = cfg.lease_timeout.count()});
-  } catch (const std::exception&) {
-    return; // held by another process now, or the store is away: later
-  }
-  lease_epoch_->store(epoch);
-  {
+  std::lock_guard guard{active_mtx_};
+  lease_lost_ = false;
+  fenced_.clear(); // a new epoch: whatever is still ours may run again
+  if (!running_)
+    return;
+  control->post([this] {
+    try {
+      recover();
+    } catch (const std::exception& ex) {
+      log().warn("perdure: recovery after regaining the lease failed: {}",
+                 ex.what());
+    }
+  });
+}
+
+bool runtime_impl::may_run_step(const std::string& id, std::int64_t epoch) {
+  // Not renewed for most of the lease (the store away, or this process
+  // stalled): others may declare it lapsed any moment, so wait.
+  while (!lease_->fresh(std::chrono::milliseconds{100})) {
     std::lock_guard guard{active_mtx_};
-    lease_lost_ = false;
-    fenced_.clear(); // a new epoch: whatever is still ours may run again
-    if (!running_)
-      return;
-    control->post([this] {
-      try {
-        recover();
-      } catch (const std::exception& ex) {
-        log().warn("perdure: recovery after regaining the lease failed: {}",
-                     ex.what());
-      }
-    });
+    if (!running_ || lease_lost_)
+      return false;
   }
-  log().warn("perdure: executor '{}' holds its lease again; it recovers "
-               "the runs nobody took over",
-               cfg.executor_id);
+  return owns(id, epoch);
 }
 
 void runtime_impl::stop() {
@@ -464,7 +451,6 @@ void runtime_impl::stop() {
                          "another thread of the runtime), which stop() must "
                          "wait for: stop the runtime from an application "
                          "thread, e.g. one the step signals");
-  std::vector<caf::actor> actors;
   {
     std::unique_lock guard{active_mtx_};
     if (!running_)
@@ -478,6 +464,11 @@ void runtime_impl::stop() {
     control_.reset();
     return;
   }
+  shut_down();
+}
+
+void runtime_impl::shut_down() {
+  std::vector<caf::actor> actors;
   {
     std::lock_guard guard{active_mtx_};
     for (auto& [id, a] : active_)
@@ -492,31 +483,23 @@ void runtime_impl::stop() {
   // runtime stopped and do nothing).
   listener.reset();
   housekeeper_.reset();
-  heartbeat_.reset();
-  system->await_all_actors_done();
+  if (system)
+    system->await_all_actors_done();
   timers.reset();
   steps.reset();
   control.reset();
   writer.reset();
-  release_lease(); // every write is in: others may take the rest over
+  // Every write is in: others may take the rest over. The heartbeat ran
+  // until now (actors finishing may take longer than a lease).
+  if (lease_)
+    lease_->release();
+  lease_.reset();
   system.reset();
   system_cfg.reset();
   stores.reset();
   tx_stores.reset();
   std::lock_guard guard{control_mtx_};
   control_.reset();
-}
-
-void runtime_impl::release_lease() {
-  try {
-    lease_store_->release_lease(cfg.executor_id, lease_epoch_->load());
-    lease_store_->notify("x:" + cfg.executor_id);
-  } catch (const std::exception& ex) {
-    // It lapses by itself: the lock went with the connection.
-    log().warn("perdure: executor '{}' could not give its lease up: {}",
-                 cfg.executor_id, ex.what());
-  }
-  lease_store_.reset();
 }
 
 void runtime_impl::announce(char kind, const std::string& id) {

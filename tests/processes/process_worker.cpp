@@ -70,11 +70,12 @@ int main(int argc, char** argv) {
         continue;
       }
       co_await ctx.step("s" + std::to_string(i), [&, i] {
+        auto started = wall_ms(); // before connecting: when the body began
         side_table().exec("INSERT INTO " + step_log
                             + " (run_id, seq, pid, at_ms) VALUES ($1, $2, $3, "
                               "$4)",
                           {id, std::int64_t{i}, std::int64_t{getpid()},
-                           wall_ms()});
+                           started});
         std::this_thread::sleep_for(step_time);
         return static_cast<long>(getpid());
       });

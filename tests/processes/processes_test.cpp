@@ -70,10 +70,11 @@ protected:
           continue;
         }
         co_await ctx.step("s" + std::to_string(i), [&, i] {
+          auto started = wall_ms(); // before connecting: when the body began
           test::sql_client side{db_};
           side.exec("INSERT INTO " + step_log
                       + " (run_id, seq, pid, at_ms) VALUES ($1, $2, $3, $4)",
-                    {id, std::int64_t{i}, std::int64_t{getpid()}, wall_ms()});
+                    {id, std::int64_t{i}, std::int64_t{getpid()}, started});
           std::this_thread::sleep_for(20ms);
           return static_cast<long>(getpid());
         });
@@ -310,6 +311,38 @@ TEST_F(processes_test, a_runtime_lacking_a_workflow_leaves_its_runs_to_one_that_
   expect_exactly_right(handles);
 }
 
+TEST_F(processes_test, an_id_restarted_without_a_workflow_gives_its_runs_up) {
+  if (!db_.postgres)
+    GTEST_SKIP() << "SQLite runs one runtime per file";
+  auto fixed = worker("fixed", 10'000, 200); // slow steps: runs left behind
+  client c{db_.runtime_config("web")};
+  constexpr int runs = 5;
+  std::vector<workflow_handle<int>> handles;
+  for (int n = 0; n < runs; ++n)
+    handles.push_back(c.start_workflow<int>("job", n));
+  ASSERT_TRUE(test::eventually([&] {
+    return count("SELECT COUNT(*) FROM " + sql_->table("runs")
+                 + " WHERE executor = 'fixed'")
+           == runs;
+  }, 10s));
+  fixed->sigkill();
+  // The same id again at once (a redeploy), without "job": it holds the
+  // id, so nobody would take its runs over; it gives them up instead.
+  runtime again{db_.runtime_config("fixed")};
+  again.register_workflow("unrelated", [](workflow_context&) -> task<void> {
+    co_return;
+  });
+  again.start();
+  EXPECT_EQ(count("SELECT COUNT(*) FROM " + sql_->table("runs")
+                  + " WHERE executor = 'fixed' AND status = 'PENDING'"),
+            0);
+  EXPECT_EQ(again.left_pending(), runs);
+  runtime knows{db_.runtime_config("knows")};
+  register_job(knows);
+  knows.start();
+  expect_exactly_right(handles);
+}
+
 TEST_F(processes_test, a_stalled_process_is_fenced_and_records_nothing_after) {
   if (!db_.postgres)
     GTEST_SKIP() << "SQLite runs one runtime per file";
@@ -344,6 +377,11 @@ TEST_F(processes_test, a_stalled_process_is_fenced_and_records_nothing_after) {
                   + "', 'UTF8') AND created_at <= "
                   + std::to_string(stopped_at)))
     << "every step the stalled process recorded, it recorded before";
+  EXPECT_EQ(count("SELECT COUNT(*) FROM " + sql_->table("step_log")
+                  + " WHERE pid = " + pid
+                  + " AND at_ms > " + std::to_string(stopped_at)),
+            0)
+    << "the stalled process started a step body after its lease lapsed";
   EXPECT_TRUE(test::eventually([&] {
     return stalled->output().find("READY") != std::string::npos;
   }));

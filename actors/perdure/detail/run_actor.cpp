@@ -643,7 +643,7 @@ struct run_state : run_core {
         // Right before the body: a process that lost the run to another
         // one, or is stopping (stop() empties the active runs), runs none
         // of its steps any more.
-        if (!rt->owns(proto.run_id, fence.epoch)) {
+        if (!rt->may_run_step(proto.run_id, fence.epoch)) {
           send_signal(me, run_signal::drop, seq);
           return;
         }

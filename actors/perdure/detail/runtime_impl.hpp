@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "perdure/config.hpp"
+#include "perdure/detail/executor_lease.hpp"
 #include "perdure/detail/step_executor.hpp"
 #include "perdure/detail/ticker.hpp"
 #include "perdure/detail/timer_service.hpp"
@@ -174,6 +175,11 @@ public:
   /// Checked right before a step body runs.
   bool owns(const std::string& id, std::int64_t epoch) const;
 
+  /// `owns`, once the lease was renewed recently enough for this process
+  /// to act as its holder (it waits while it was not: the store away, or
+  /// the process stalled). Called on a step thread right before the body.
+  bool may_run_step(const std::string& id, std::int64_t epoch);
+
   /// Throws `errc::fenced` if this runtime lost its executor lease (it
   /// stalled or was cut off past `lease_timeout`, and others took over)
   /// and has not got it back.
@@ -226,13 +232,15 @@ private:
   /// others are spawned replaying their journals.
   void bring_in(std::vector<persistence::run_record> runs);
   void count_left();
-  void heartbeat();
+  /// `start` once the lease is held; `shut_down` undoes what it did.
+  void start_holding_lease(const persistence::store_options& opts);
+  /// Stops the actors and every part, then gives the lease up.
+  void shut_down();
   void lose_lease();
   void regain_lease();
   void take_over_now(std::optional<std::string> only);
   /// `take_over`, under active_mtx_.
   void take_over_locked(std::optional<std::string> only);
-  void release_lease();
   void start_client();
   void revive_orphans();
   /// Arms run `id`'s deadline timer unless armed (under active_mtx_).
@@ -248,12 +256,11 @@ private:
   std::unique_ptr<ticker> housekeeper_;
   /// What this process may claim (its workflows and app version).
   persistence::claim_filter filter_;
-  /// The lease: its epoch (read by every store's fenced writes), the
-  /// connection holding it and the heartbeat thread renewing it.
+  /// The lease's epoch (read by every store's fenced writes) and the
+  /// lease itself, while started.
   std::shared_ptr<std::atomic<std::int64_t>> lease_epoch_
     = std::make_shared<std::atomic<std::int64_t>>(0);
-  std::unique_ptr<persistence::store> lease_store_;
-  std::unique_ptr<ticker> heartbeat_;
+  std::unique_ptr<executor_lease> lease_;
   std::uint64_t beats_ = 0;
   std::atomic<std::int64_t> left_pending_{0};
   /// Takeovers: one at a time; another asked for meanwhile runs after.

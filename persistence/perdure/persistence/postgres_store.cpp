@@ -193,6 +193,16 @@ std::string claimable(const std::string& names, const std::string& version) {
          "app_version = " + version + ")";
 }
 
+/// Returns the condition that executor `executor` holds its lease at epoch
+/// `lease` (0: unchecked) in schema prefix `s`: a holder that lost its
+/// lease claims nothing, even before its heartbeat tells it so.
+std::string holds_lease(const std::string& s, const std::string& executor,
+                        const std::string& lease) {
+  return "(" + lease + "::bigint = 0 OR EXISTS (SELECT 1 FROM " + s
+         + "executors e WHERE e.id = " + executor + " AND e.epoch = " + lease
+         + "::bigint AND e.state = 'live'))";
+}
+
 } // namespace
 
 /// A batch's run creations as the ten arrays of `create_runs_sql`.
@@ -384,7 +394,13 @@ void postgres_store::connect() {
                + "runs SET epoch = epoch + 1, recovery_attempts = "
                  "recovery_attempts + CASE WHEN wake_at > $2 THEN 0 ELSE 1 "
                  "END WHERE executor = $1 AND status = 'PENDING' AND "
-               + claimable("$3", "$4") + " RETURNING " + run_columns);
+               + claimable("$3", "$4") + " AND " + holds_lease(s, "$1", "$5")
+               + " RETURNING " + run_columns);
+  c->prepare("release_unclaimable",
+             "UPDATE " + s
+               + "runs SET executor = '', epoch = epoch + 1 WHERE executor = "
+                 "$1 AND status = 'PENDING' AND NOT ("
+               + claimable("$2", "$3") + ") AND " + holds_lease(s, "$1", "$4"));
   c->prepare("load_journals",
              "SELECT run_id, seq, kind, name, outcome, payload, error, "
              "created_at FROM "
@@ -405,14 +421,12 @@ void postgres_store::connect() {
   // The lease (parameter `lease`, 0: unchecked) is the executor's: once a
   // takeover declared it lapsed, nothing of its holder gets through.
   auto fence_sql = [&](int lease) {
-    auto l = "$" + std::to_string(lease) + "::bigint";
+    auto l = "$" + std::to_string(lease);
     return "SELECT r.id, r.epoch FROM (SELECT id, epoch, status FROM " + s
            + "runs WHERE (id, executor, epoch) IN (SELECT * FROM "
              "unnest($1::text[], $2::text[], $3::bigint[])) OFFSET 0 FOR "
-             "SHARE) r WHERE r.status = 'PENDING' AND ("
-           + l + " = 0 OR EXISTS (SELECT 1 FROM " + s
-           + "executors e WHERE e.id = ($2::text[])[1] AND e.epoch = " + l
-           + " AND e.state = 'live'))";
+             "SHARE) r WHERE r.status = 'PENDING' AND "
+           + holds_lease(s, "($2::text[])[1]", l);
   };
   c->prepare("fence_check", fence_sql(4));
   // A small batch is one statement in autocommit: one round trip, one
@@ -475,7 +489,8 @@ void postgres_store::connect() {
                + "runs SET epoch = epoch + 1, wake_at = NULL, recovery_attempts "
                  "= recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
                  "status = 'PENDING' AND "
-               + claimable("$4", "$5") + " RETURNING " + run_columns);
+               + claimable("$4", "$5") + " AND " + holds_lease(s, "$2", "$6")
+               + " RETURNING " + run_columns);
   prepare_executors(*c, s);
   conn_ = std::move(c);
 }
@@ -583,7 +598,7 @@ std::optional<run_record> postgres_store::claim_run(std::string_view id,
     pqxx::nontransaction w{*conn_};
     auto res = w.exec_prepared("claim_run", std::string{id},
                                std::string{executor}, count_attempt ? 1 : 0,
-                               names.str(), filter.app_version);
+                               names.str(), filter.app_version, lease());
     if (res.empty())
       return std::nullopt;
     return read_run(res[0]);
@@ -831,7 +846,7 @@ postgres_store::claim_pending_runs(std::string_view executor,
     std::vector<run_record> result;
     for (const auto& row :
          w.exec_prepared("claim_runs", std::string{executor}, now_ms,
-                         names.str(), filter.app_version))
+                         names.str(), filter.app_version, lease()))
       result.push_back(read_run(row));
     w.commit();
     std::sort(result.begin(), result.end(), [](auto& a, auto& b) {
@@ -1121,10 +1136,11 @@ void postgres_store::prepare_executors(connection& c,
   // Lapsed: no heartbeat for the executor's own timeout (a stalled or
   // cut-off holder), or its session lock is free (its process died) and it
   // missed four heartbeats (a holder whose connection broke reconnects and
-  // locks again first). Right after a server restart every lock is free:
-  // the lock test waits until holders had a timeout's time to come back.
+  // locks again first). Right after a server restart every lock is free and
+  // every heartbeat old: holders get a timeout's time to come back.
   auto lapsed
-    = "e.state = 'live' AND (e.heartbeat_at < now() - e.lease_ms * interval "
+    = "e.state = 'live' AND (GREATEST(e.heartbeat_at, "
+      "pg_postmaster_start_time()) < now() - e.lease_ms * interval "
       "'1 millisecond' OR (e.heartbeat_at < now() - interval '1 second' AND "
       "pg_postmaster_start_time() < now() - e.lease_ms * interval '1 "
       "millisecond' AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE "
@@ -1136,14 +1152,23 @@ void postgres_store::prepare_executors(connection& c,
                               + "executors (id) VALUES ($1) ON CONFLICT (id) "
                                 "DO NOTHING");
   c.prepare("lease_key", "SELECT lock_key, instance, state FROM " + s
-                           + "executors WHERE id = $1");
-  c.prepare("lease_lock",
-            "SELECT pg_try_advisory_lock(" + cls_key + ", $1::int)");
+                           + "executors WHERE id = $1 FOR UPDATE");
+  c.prepare("lease_lock", "SELECT pg_try_advisory_lock(" + cls_key
+                            + ", $1::int), pg_backend_pid()");
+  // A connection that broke on this side may live on on the server for a
+  // while, holding the lock: the new one ends it (same role, allowed).
+  c.prepare("lease_unlock_stale",
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l WHERE "
+            "l.locktype = 'advisory' AND l.granted AND l.classid = "
+              + std::to_string(cls)
+              + "::oid AND l.objid = $1::int::oid AND l.objsubid = 2 AND "
+                "l.pid = $2 AND l.pid <> pg_backend_pid()");
   c.prepare("lease_unlock", "SELECT pg_advisory_unlock(" + cls_key
                               + ", $1::int)");
   c.prepare("lease_take",
             "UPDATE " + s
-              + "executors SET epoch = epoch + 1, state = 'live', instance = "
+              + "executors SET epoch = nextval('" + s
+              + "executor_epochs'), state = 'live', instance = "
                 "$2, app_version = $3, lease_ms = $4, heartbeat_at = now(), "
                 "started_at = now() WHERE id = $1 RETURNING epoch");
   c.prepare("lease_renew",
@@ -1153,13 +1178,15 @@ void postgres_store::prepare_executors(connection& c,
                 "UNION ALL SELECT 'l', e.id FROM "
               + s + "executors e WHERE e.id <> $1 AND " + lapsed);
   c.prepare("lease_lapse", "UPDATE " + s
-                             + "executors e SET epoch = epoch + 1, state = "
-                               "'lapsed' WHERE id = $1 AND "
+                             + "executors e SET epoch = nextval('" + s
+                             + "executor_epochs'), state = 'lapsed' WHERE id "
+                               "= $1 AND "
                              + lapsed + " RETURNING id");
   c.prepare("lease_release",
             "UPDATE " + s
-              + "executors SET epoch = epoch + 1, state = 'stopped' WHERE id "
-                "= $1 AND epoch = $2");
+              + "executors SET epoch = nextval('" + s
+              + "executor_epochs'), state = 'stopped' WHERE id = $1 AND epoch "
+                "= $2");
   // Runs nobody live holds: of lapsed or stopped executors (their rows
   // locked FOR SHARE, so a holder coming back waits for this takeover, and
   // a run it claimed meanwhile is re-checked) or started by clients.
@@ -1191,11 +1218,14 @@ void postgres_store::prepare_executors(connection& c,
                 "= '' OR executor IN (SELECT id FROM "
               + s + "executors WHERE state <> 'live')) AND NOT ("
               + claimable("$2", "$3") + ")");
+  // Rows a takeover or a returning holder has locked are skipped.
   c.prepare("forget_executors",
-            "DELETE FROM " + s
+            "DELETE FROM " + s + "executors WHERE id IN (SELECT e.id FROM " + s
               + "executors e WHERE e.state <> 'live' AND NOT EXISTS (SELECT 1 "
                 "FROM "
-              + s + "runs r WHERE r.executor = e.id AND r.status = 'PENDING')");
+              + s
+              + "runs r WHERE r.executor = e.id AND r.status = 'PENDING') FOR "
+                "UPDATE SKIP LOCKED)");
   c.prepare("list_runs",
             "SELECT id, name, status, executor, created_at, updated_at, error, "
             "parent_id FROM "
@@ -1209,39 +1239,58 @@ void postgres_store::prepare_executors(connection& c,
 
 std::int64_t postgres_store::acquire_lease(const lease_request& r) {
   return with_retry([&]() -> std::int64_t {
-    pqxx::nontransaction w{*conn_};
-    w.exec_prepared("lease_insert", r.executor);
-    auto row = w.exec_prepared("lease_key", r.executor)[0];
-    auto key = row[0].as<std::int32_t>();
+    {
+      pqxx::nontransaction n{*conn_};
+      n.exec_prepared("lease_insert", r.executor);
+    }
+    // The row locked: a takeover of this id under way finishes first.
+    pqxx::work w{*conn_};
+    auto row = w.exec_prepared("lease_key", r.executor);
+    if (row.empty())
+      throw pqxx::serialization_failure{"executor row forgotten meanwhile"};
+    auto key = row[0][0].as<std::int32_t>();
     if (!(lease_locked_ && lease_key_ == key)) {
-      if (!w.exec_prepared("lease_lock", key)[0][0].as<bool>())
+      if (!lock_lease(w, key))
         throw perdure::error(
           errc::executor_in_use,
           "executor id '" + r.executor
             + "' is held by a live process (instance "
-            + row[1].as<std::string>()
+            + row[0][1].as<std::string>()
             + "); give each process its own executor id, or use "
               "perdure::client in processes that only start and signal work");
-      lease_key_ = key;
-      lease_locked_ = true;
     }
     auto epoch = w.exec_prepared("lease_take", r.executor, r.instance,
                                  r.app_version, r.timeout_ms)[0][0]
                    .as<std::int64_t>();
+    w.commit();
     return epoch;
   });
+}
+
+bool postgres_store::lock_lease(pqxx::transaction_base& t, std::int32_t key) {
+  auto locked = t.exec_prepared("lease_lock", key)[0];
+  if (!locked[0].as<bool>() && lease_pid_ != 0) {
+    // Our own previous connection may still hold it on the server.
+    t.exec_prepared("lease_unlock_stale", key, lease_pid_);
+    locked = t.exec_prepared("lease_lock", key)[0];
+  }
+  if (!locked[0].as<bool>())
+    return false;
+  lease_key_ = key;
+  lease_locked_ = true;
+  lease_pid_ = locked[1].as<std::int32_t>();
+  return true;
 }
 
 std::optional<std::vector<std::string>>
 postgres_store::renew_lease(std::string_view executor, std::int64_t epoch) {
   return with_retry([&]() -> std::optional<std::vector<std::string>> {
     pqxx::nontransaction w{*conn_};
-    if (!lease_locked_) {
-      // A new connection: the session lock went with the old one.
-      if (!w.exec_prepared("lease_lock", lease_key_)[0][0].as<bool>())
-        return std::nullopt; // another process holds the id now
-      lease_locked_ = true;
-    }
+    // A new connection: the session lock went with the old one. If it is
+    // still held, the epoch below says whose: the lock only speeds up the
+    // detection of a dead holder, so this one tries again next beat.
+    if (!lease_locked_)
+      lock_lease(w, lease_key_);
     bool held = false;
     std::vector<std::string> lapsed;
     for (const auto& row :
@@ -1291,13 +1340,29 @@ postgres_store::take_over(std::string_view executor, const claim_filter& filter,
            "take_over", std::string{executor}, names.str(), filter.app_version,
            only ? one.c_str() : nullptr, now_ms))
       result.push_back(read_run(row));
-    if (result.empty() && !only)
-      w.exec_prepared("forget_executors"); // nothing left to take
     w.commit();
+    if (result.empty() && !only) { // nothing left to take
+      pqxx::nontransaction n{*conn_};
+      n.exec_prepared("forget_executors");
+    }
     std::sort(result.begin(), result.end(), [](auto& a, auto& b) {
       return std::tie(a.created_at_ms, a.id) < std::tie(b.created_at_ms, b.id);
     });
     return result;
+  });
+}
+
+std::int64_t postgres_store::release_unclaimable(std::string_view executor,
+                                                 const claim_filter& filter) {
+  detail::pg_array names;
+  for (auto& n : filter.names)
+    names.add(n);
+  return with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    return static_cast<std::int64_t>(
+      w.exec_prepared("release_unclaimable", std::string{executor},
+                      names.str(), filter.app_version, lease())
+        .affected_rows());
   });
 }
 

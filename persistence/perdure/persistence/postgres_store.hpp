@@ -8,6 +8,10 @@
 
 #include "perdure/persistence/store.hpp"
 
+namespace pqxx {
+class transaction_base;
+} // namespace pqxx
+
 namespace perdure::persistence {
 
 /// The production store: PostgreSQL through libpqxx. Each instance owns one
@@ -48,6 +52,8 @@ public:
                                     const claim_filter& filter,
                                     std::optional<std::string_view> only,
                                     std::int64_t now_ms) override;
+  std::int64_t release_unclaimable(std::string_view executor,
+                                   const claim_filter& filter) override;
   std::int64_t count_unclaimable(std::string_view executor,
                                  const claim_filter& filter) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
@@ -101,6 +107,9 @@ private:
 
   void connect();
   void prepare_executors(connection& c, const std::string& s);
+  /// Takes executor lock `key` on this connection (ending our own previous
+  /// connection's session if it still holds it); returns whether it did.
+  bool lock_lease(pqxx::transaction_base& t, std::int32_t key);
 
   /// Returns the lease epoch fenced writes carry (0: unchecked).
   std::int64_t lease() const noexcept {
@@ -137,6 +146,8 @@ private:
   /// The executor lock this connection holds (see `acquire_lease`).
   std::int32_t lease_key_ = 0;
   bool lease_locked_ = false;
+  /// The server process of the connection that last took it.
+  std::int32_t lease_pid_ = 0;
   std::unique_ptr<connection> conn_;
 };
 

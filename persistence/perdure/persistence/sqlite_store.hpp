@@ -45,6 +45,8 @@ public:
                                     const claim_filter& filter,
                                     std::optional<std::string_view> only,
                                     std::int64_t now_ms) override;
+  std::int64_t release_unclaimable(std::string_view executor,
+                                   const claim_filter& filter) override;
   std::int64_t count_unclaimable(std::string_view executor,
                                  const claim_filter& filter) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,

@@ -143,6 +143,14 @@ public:
             std::optional<std::string_view> only, std::int64_t now_ms)
     = 0;
 
+  /// Gives up the PENDING runs of `executor` that `filter` does not let it
+  /// run (an executor id restarted without their workflow, or at another
+  /// app version): they become unowned, for a process that can run them
+  /// (epoch + 1). Returns how many.
+  virtual std::int64_t release_unclaimable(std::string_view executor,
+                                           const claim_filter& filter)
+    = 0;
+
   /// Returns how many PENDING runs of `executor`, of lapsed or stopped
   /// executors, or started by clients, `filter` does not let it run.
   virtual std::int64_t count_unclaimable(std::string_view executor,

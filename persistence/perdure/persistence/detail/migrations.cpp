@@ -185,6 +185,13 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
          + "runs WHERE status = 'PENDING' AND executor <> ''",
        "CREATE INDEX runs_created ON " + s + "runs (created_at, id)",
      }},
+    {6,
+     "lease epochs from one sequence (never repeated once a row is gone)",
+     {
+       "CREATE SEQUENCE " + s + "executor_epochs",
+       "SELECT setval('" + s + "executor_epochs', GREATEST(1, (SELECT "
+         "max(epoch) FROM " + s + "executors)))",
+     }},
   };
 }
 

@@ -1,0 +1,130 @@
+// Executor leases at the store: one holder per id, a lapsed holder's
+// writes and claims fenced, epochs that never come back, runs a holder
+// cannot run given up.
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "conformance/store_fixture.hpp"
+#include "perdure/error.hpp"
+
+namespace perdure::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+class lease_test : public store_test {
+protected:
+  /// A connection writing for the holder of a lease.
+  struct holder {
+    std::shared_ptr<std::atomic<std::int64_t>> epoch
+      = std::make_shared<std::atomic<std::int64_t>>(0);
+    std::unique_ptr<store> db;
+  };
+
+  holder open_holder() {
+    holder h;
+    auto opts = db_.store_options();
+    opts.lease_epoch = h.epoch;
+    h.db = open_store(opts);
+    return h;
+  }
+
+  static lease_request request(std::string executor,
+                               std::int64_t timeout_ms = 10'000) {
+    return {.executor = std::move(executor),
+            .instance = "i-" + std::to_string(timeout_ms),
+            .app_version = "",
+            .timeout_ms = timeout_ms};
+  }
+
+  run_record run_of(std::string id, std::string executor) {
+    auto r = make_run(std::move(id));
+    r.owner = {std::move(executor), 1};
+    return r;
+  }
+};
+
+TEST_F(lease_test, a_held_id_is_refused_and_the_holder_keeps_it) {
+  auto first = open_holder();
+  first.epoch->store(first.db->acquire_lease(request("x")));
+  auto second = open_holder();
+  try {
+    second.db->acquire_lease(request("x"));
+    FAIL() << "a second holder got the lease";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::executor_in_use) << ex.what();
+  }
+  EXPECT_TRUE(first.db->renew_lease("x", first.epoch->load()).has_value())
+    << "the refused request changed the holder's lease";
+}
+
+TEST_F(lease_test, a_lapsed_holder_is_fenced_and_its_epoch_never_returns) {
+  if (!db_.postgres)
+    GTEST_SKIP() << "SQLite: one runtime per file, nobody declares it lapsed";
+  auto stale = open_holder();
+  stale.epoch->store(stale.db->acquire_lease(request("x", 1)));
+  ASSERT_TRUE(store_->create_run(run_of("r1", "x")).created);
+  EXPECT_TRUE(stale.db
+                ->write_batch({.appends = {append("r1", 0, {"x", 1})},
+                               .completions = {}})
+                .appends.at(0));
+  // It misses its 1 ms lease; another process declares it lapsed.
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(store_->lapse_executor("x"));
+  EXPECT_FALSE(store_->lapse_executor("x")) << "declared once";
+  EXPECT_FALSE(stale.db
+                 ->write_batch({.appends = {append("r1", 1, {"x", 1})},
+                                .completions = {}})
+                 .appends.at(0))
+    << "a lapsed holder's write got through";
+  EXPECT_FALSE(stale.db->claim_run("r1", "x", wf_, false))
+    << "a lapsed holder claimed a run";
+  EXPECT_FALSE(stale.db->renew_lease("x", stale.epoch->load()).has_value());
+  // Another executor takes the run; x's row, owning nothing, is forgotten.
+  auto taken = store_->take_over("y", wf_, std::nullopt, 3000);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].owner.executor, "y");
+  EXPECT_TRUE(store_->take_over("y", wf_, std::nullopt, 3000).empty());
+  test::sql_client sql{db_};
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("executors")
+                       + " WHERE id = 'x'"),
+            "0");
+  // A new holder of x: a fresh row, but not an epoch the stale one has.
+  auto next = open_holder();
+  next.epoch->store(next.db->acquire_lease(request("x")));
+  EXPECT_NE(next.epoch->load(), stale.epoch->load());
+  ASSERT_TRUE(store_->create_run(run_of("r2", "x")).created);
+  EXPECT_FALSE(stale.db
+                 ->write_batch({.appends = {append("r2", 0, {"x", 1})},
+                                .completions = {}})
+                 .appends.at(0))
+    << "the stale holder wrote under the new holder's lease";
+  EXPECT_TRUE(next.db
+                ->write_batch({.appends = {append("r2", 0, {"x", 1})},
+                               .completions = {}})
+                .appends.at(0));
+}
+
+TEST_F(lease_test, runs_a_holder_cannot_run_are_given_up) {
+  auto mine = run_of("mine", "x");
+  auto other = run_of("other", "x");
+  other.name = "not-registered-here";
+  auto foreign = run_of("foreign", "z");
+  foreign.name = "not-registered-here";
+  for (auto& r : {mine, other, foreign})
+    ASSERT_TRUE(store_->create_run(r).created);
+  EXPECT_EQ(store_->release_unclaimable("x", wf_), 1);
+  auto gone = store_->get_run("other");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->owner.executor, "");
+  EXPECT_EQ(gone->owner.epoch, 2) << "a copy still running is fenced";
+  EXPECT_EQ(store_->get_run("mine")->owner.executor, "x");
+  EXPECT_EQ(store_->get_run("foreign")->owner.executor, "z");
+  EXPECT_EQ(store_->release_unclaimable("x", wf_), 0);
+}
+
+} // namespace
+} // namespace perdure::test
