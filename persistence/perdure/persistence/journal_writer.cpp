@@ -53,11 +53,18 @@ std::uint64_t journal_writer::batches_committed() const {
 }
 
 void journal_writer::push(request req) {
+  bool wake = false;
   {
     std::lock_guard guard{mtx_};
     queue_.push_back(std::move(req));
+    // One idle thread woken takes everything queued until it runs: waking
+    // one per write would split a burst into small commits (and pay a
+    // context switch for each).
+    wake = idle_ > 0 && !wake_pending_;
+    wake_pending_ = wake_pending_ || wake;
   }
-  cv_.notify_one();
+  if (wake)
+    cv_.notify_one();
 }
 
 void journal_writer::run(store& db) {
@@ -65,7 +72,12 @@ void journal_writer::run(store& db) {
   for (;;) {
     {
       std::unique_lock guard{mtx_};
-      cv_.wait(guard, [this] { return stopping_ || !queue_.empty(); });
+      ++idle_;
+      while (!stopping_ && queue_.empty()) {
+        cv_.wait(guard);
+        wake_pending_ = false; // woken (or not): the next write wakes one
+      }
+      --idle_;
       if (queue_.empty())
         return; // stopping and drained
       if (queue_.size() <= opts_.max_batch) {
@@ -76,6 +88,9 @@ void journal_writer::run(store& db) {
         taken.assign(std::make_move_iterator(first),
                      std::make_move_iterator(last));
         queue_.erase(first, last);
+        wake_pending_ = idle_ > 0; // the rest for another thread
+        if (wake_pending_)
+          cv_.notify_one();
       }
     }
     // Split the requests into the batch, remembering where each one went.

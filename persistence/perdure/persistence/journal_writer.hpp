@@ -116,6 +116,10 @@ private:
   std::condition_variable cv_;
   std::vector<request> queue_;
   bool stopping_ = false;
+  /// Threads waiting for writes, and whether one was woken and has not
+  /// taken the queue yet.
+  std::size_t idle_ = 0;
+  bool wake_pending_ = false;
   std::uint64_t batches_ = 0;
   std::vector<std::thread> threads_;
 };
