@@ -161,8 +161,16 @@ void runtime_impl::start() {
     return;
   }
   auto opts = store_options();
-  control_ = persistence::open_store(opts);
-  control_->migrate();
+  {
+    std::lock_guard guard{control_mtx_};
+    control_ = persistence::open_store(opts);
+    try {
+      control_->migrate();
+    } catch (...) {
+      control_.reset();
+      throw;
+    }
+  }
   filter_.names.clear();
   for (auto& [name, entry] : workflows)
     filter_.names.push_back(name);
@@ -182,6 +190,18 @@ void runtime_impl::start() {
                                  .timeout_ms = cfg.lease_timeout.count()},
       log());
     lease_->acquire();
+    // Heartbeats from now on: a long recovery must not let the lease lapse
+    // (what they trigger waits for `running_`).
+    lease_->start_heartbeats(
+      heartbeat_interval(cfg),
+      {.lost = [this] { lose_lease(); },
+       .regained = [this] { regain_lease(); },
+       .renewed = [this](std::size_t declared) {
+         // Now and then, whatever is left for this process too (runs whose
+         // workflow no live process had, runs a client started unheard).
+         if (declared > 0 || ++beats_ % 20 == 0)
+           take_over();
+       }});
   } catch (...) {
     lease_.reset();
     std::lock_guard guard{control_mtx_};
@@ -192,8 +212,10 @@ void runtime_impl::start() {
     start_holding_lease(opts);
   } catch (...) {
     {
-      std::lock_guard guard{active_mtx_};
+      // Application threads may be in calls already (running_ was set).
+      std::unique_lock guard{active_mtx_};
       running_ = false;
+      clients_done_.wait(guard, [this] { return client_calls_ == 0; });
     }
     shut_down(); // gives the lease up again
     throw;
@@ -238,16 +260,6 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     opts, [this](const std::string& notice) { on_notice(notice); });
   housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},
                                           [this] { housekeeping(); });
-  lease_->start_heartbeats(
-    heartbeat_interval(cfg),
-    {.lost = [this] { lose_lease(); },
-     .regained = [this] { regain_lease(); },
-     .renewed = [this](std::size_t declared) {
-       // Now and then, whatever is left for this process too (runs whose
-       // workflow no live process had, runs a client started unheard).
-       if (declared > 0 || ++beats_ % 20 == 0)
-         take_over();
-     }});
 }
 
 void runtime_impl::on_notice(const std::string& notice) {

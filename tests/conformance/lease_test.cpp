@@ -57,8 +57,10 @@ TEST_F(lease_test, a_held_id_is_refused_and_the_holder_keeps_it) {
   } catch (const perdure::error& ex) {
     EXPECT_EQ(ex.code(), errc::executor_in_use) << ex.what();
   }
-  EXPECT_TRUE(first.db->renew_lease("x", first.epoch->load()).has_value())
+  auto renewed = first.db->renew_lease("x", first.epoch->load());
+  ASSERT_TRUE(renewed.has_value())
     << "the refused request changed the holder's lease";
+  EXPECT_TRUE(renewed->locked);
 }
 
 TEST_F(lease_test, a_lapsed_holder_is_fenced_and_its_epoch_never_returns) {
@@ -82,6 +84,8 @@ TEST_F(lease_test, a_lapsed_holder_is_fenced_and_its_epoch_never_returns) {
     << "a lapsed holder's write got through";
   EXPECT_FALSE(stale.db->claim_run("r1", "x", wf_, false))
     << "a lapsed holder claimed a run";
+  EXPECT_TRUE(stale.db->take_over("x", wf_, std::nullopt, 3000).empty())
+    << "a lapsed holder took runs over";
   EXPECT_FALSE(stale.db->renew_lease("x", stale.epoch->load()).has_value());
   // Another executor takes the run; x's row, owning nothing, is forgotten.
   auto taken = store_->take_over("y", wf_, std::nullopt, 3000);

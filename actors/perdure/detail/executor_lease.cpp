@@ -40,6 +40,7 @@ void executor_lease::acquire() {
   epoch_->store(store_->acquire_lease(request_));
   std::lock_guard guard{mtx_};
   lost_ = false;
+  locked_ = true;
   renewed_at_ = sent;
 }
 
@@ -63,12 +64,15 @@ void executor_lease::release() {
 }
 
 bool executor_lease::fresh(std::chrono::milliseconds wait) {
-  auto acting_window = std::chrono::milliseconds{request_.timeout_ms * 3 / 4};
+  // Without its lock (a connection lost or refused) a holder is declared
+  // lapsed after a second without heartbeats, not its whole timeout.
+  auto full = std::chrono::milliseconds{request_.timeout_ms * 3 / 4};
+  auto unlocked = std::min(full, std::chrono::milliseconds{750});
   auto ok = [&] {
     return !lost_
            && (!can_lapse_
                || std::chrono::steady_clock::now() - renewed_at_
-                    < acting_window);
+                    < (locked_ ? full : unlocked));
   };
   std::unique_lock guard{mtx_};
   if (ok() || wait.count() == 0)
@@ -90,6 +94,7 @@ void executor_lease::beat() {
       return; // held by another process now, or the store is away: later
     }
     renewed_cv_.notify_all();
+    healthy_since_ = std::chrono::steady_clock::now(); // it was cut off
     log_.warn("perdure: executor '{}' holds its lease again; it recovers "
               "the runs nobody took over",
               request_.executor);
@@ -97,15 +102,20 @@ void executor_lease::beat() {
     return;
   }
   auto sent = std::chrono::steady_clock::now();
-  std::optional<std::vector<std::string>> lapsed;
+  std::optional<persistence::lease_renewal> renewal;
   try {
-    lapsed = store_->renew_lease(request_.executor, epoch_->load());
+    renewal = store_->renew_lease(request_.executor, epoch_->load());
   } catch (const std::exception& ex) {
+    {
+      std::lock_guard guard{mtx_};
+      locked_ = false; // its connection is likely gone, and its lock
+    }
+    healthy_since_.reset();
     log_.warn("perdure: executor '{}' could not renew its lease: {}",
               request_.executor, ex.what());
     return;
   }
-  if (!lapsed) {
+  if (!renewal) {
     {
       std::lock_guard guard{mtx_};
       lost_ = true;
@@ -122,10 +132,17 @@ void executor_lease::beat() {
   {
     std::lock_guard guard{mtx_};
     renewed_at_ = sent;
+    locked_ = renewal->locked;
   }
   renewed_cv_.notify_all();
+  if (!healthy_since_)
+    healthy_since_ = sent;
+  // Back from an outage or a partition, the others' heartbeats look old
+  // too: they get a lease's time to renew before this one judges them.
+  if (sent - *healthy_since_ < std::chrono::milliseconds{request_.timeout_ms})
+    renewal->lapsed.clear();
   std::size_t declared = 0;
-  for (auto& id : *lapsed) {
+  for (auto& id : renewal->lapsed) {
     try {
       if (!store_->lapse_executor(id))
         continue; // another process declared it first

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "perdure/detail/ticker.hpp"
@@ -76,8 +77,14 @@ private:
   std::mutex mtx_;
   std::condition_variable renewed_cv_;
   bool lost_ = false;
+  /// Whether the last renewal held the id's lock (see `lease_renewal`).
+  bool locked_ = true;
   /// When the last successful renewal was sent (steady clock).
   std::chrono::steady_clock::time_point renewed_at_;
+  /// Since when renewals have succeeded without a failure between (on
+  /// the heartbeat thread; a time long ago from the start).
+  std::optional<std::chrono::steady_clock::time_point> healthy_since_
+    = std::chrono::steady_clock::time_point{};
   std::unique_ptr<ticker> heartbeat_;
 };
 

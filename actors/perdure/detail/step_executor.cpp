@@ -31,27 +31,47 @@ step_executor::~step_executor() {
 }
 
 void step_executor::post(std::function<void()> job) {
+  bool wake = false;
   {
     std::lock_guard guard{mtx_};
     if (stopping_)
       return;
     jobs_.push_back(std::move(job));
+    wake = wake_one();
   }
-  cv_.notify_one();
+  if (wake)
+    cv_.notify_one();
+}
+
+bool step_executor::wake_one() {
+  if (idle_ == 0 || wake_pending_)
+    return false;
+  wake_pending_ = true;
+  return true;
 }
 
 void step_executor::work() {
   executor_owner = owner_;
   for (;;) {
     std::function<void()> job;
+    bool wake = false;
     {
       std::unique_lock guard{mtx_};
-      cv_.wait(guard, [this] { return stopping_ || !jobs_.empty(); });
+      ++idle_;
+      while (!stopping_ && jobs_.empty()) {
+        cv_.wait(guard);
+        wake_pending_ = false; // woken (or not): the next post wakes one
+      }
+      --idle_;
       if (stopping_)
         return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      // More queued: the next thread, in case this job blocks for long.
+      wake = !jobs_.empty() && wake_one();
     }
+    if (wake)
+      cv_.notify_one();
     job();
   }
 }

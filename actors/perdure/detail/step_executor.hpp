@@ -32,11 +32,20 @@ public:
 
 private:
   void work();
+  /// Under mtx_: whether to wake an idle thread for queued jobs. One
+  /// thread is woken at a time; a woken thread that finds more jobs wakes
+  /// the next, so blocking steps still spread over every thread, while a
+  /// burst of short ones costs a wake-up or two instead of one per job
+  /// (each a context switch, the largest cost of a step under load).
+  bool wake_one();
 
   std::mutex mtx_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
+  /// Threads waiting for jobs; whether one was woken and has not run yet.
+  std::size_t idle_ = 0;
+  bool wake_pending_ = false;
   const void* owner_;
   std::vector<std::thread> threads_;
 };

@@ -1133,6 +1133,8 @@ void postgres_store::prepare_executors(connection& c,
                                        const std::string& s) {
   auto cls = lock_class(schema_);
   auto cls_key = std::to_string(static_cast<std::int32_t>(cls));
+  // Every lease epoch comes from one sequence (see migration 6).
+  auto epochs = c.quote(s + "executor_epochs");
   // Lapsed: no heartbeat for the executor's own timeout (a stalled or
   // cut-off holder), or its session lock is free (its process died) and it
   // missed four heartbeats (a holder whose connection broke reconnects and
@@ -1154,21 +1156,25 @@ void postgres_store::prepare_executors(connection& c,
   c.prepare("lease_key", "SELECT lock_key, instance, state FROM " + s
                            + "executors WHERE id = $1 FOR UPDATE");
   c.prepare("lease_lock", "SELECT pg_try_advisory_lock(" + cls_key
-                            + ", $1::int), pg_backend_pid()");
+                            + ", $1::int), pg_backend_pid(), (SELECT "
+                              "backend_start::text FROM pg_stat_activity "
+                              "WHERE pid = pg_backend_pid())");
   // A connection that broke on this side may live on on the server for a
   // while, holding the lock: the new one ends it (same role, allowed).
   c.prepare("lease_unlock_stale",
-            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l WHERE "
-            "l.locktype = 'advisory' AND l.granted AND l.classid = "
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN "
+            "pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = "
+            "'advisory' AND l.granted AND l.classid = "
               + std::to_string(cls)
               + "::oid AND l.objid = $1::int::oid AND l.objsubid = 2 AND "
-                "l.pid = $2 AND l.pid <> pg_backend_pid()");
+                "l.pid = $2 AND a.backend_start::text = $3 AND l.pid <> "
+                "pg_backend_pid()");
   c.prepare("lease_unlock", "SELECT pg_advisory_unlock(" + cls_key
                               + ", $1::int)");
   c.prepare("lease_take",
             "UPDATE " + s
-              + "executors SET epoch = nextval('" + s
-              + "executor_epochs'), state = 'live', instance = "
+              + "executors SET epoch = nextval(" + epochs
+              + "), state = 'live', instance = "
                 "$2, app_version = $3, lease_ms = $4, heartbeat_at = now(), "
                 "started_at = now() WHERE id = $1 RETURNING epoch");
   c.prepare("lease_renew",
@@ -1178,15 +1184,13 @@ void postgres_store::prepare_executors(connection& c,
                 "UNION ALL SELECT 'l', e.id FROM "
               + s + "executors e WHERE e.id <> $1 AND " + lapsed);
   c.prepare("lease_lapse", "UPDATE " + s
-                             + "executors e SET epoch = nextval('" + s
-                             + "executor_epochs'), state = 'lapsed' WHERE id "
-                               "= $1 AND "
+                             + "executors e SET epoch = nextval(" + epochs
+                             + "), state = 'lapsed' WHERE id = $1 AND "
                              + lapsed + " RETURNING id");
   c.prepare("lease_release",
             "UPDATE " + s
-              + "executors SET epoch = nextval('" + s
-              + "executor_epochs'), state = 'stopped' WHERE id = $1 AND epoch "
-                "= $2");
+              + "executors SET epoch = nextval(" + epochs
+              + "), state = 'stopped' WHERE id = $1 AND epoch = $2");
   // Runs nobody live holds: of lapsed or stopped executors (their rows
   // locked FOR SHARE, so a holder coming back waits for this takeover, and
   // a run it claimed meanwhile is re-checked) or started by clients.
@@ -1210,7 +1214,8 @@ void postgres_store::prepare_executors(connection& c,
       + s
       + "runs r SET executor = $1, epoch = r.epoch + 1, recovery_attempts = "
         "r.recovery_attempts + CASE WHEN r.executor = '' OR r.wake_at > $5 "
-        "THEN 0 ELSE 1 END FROM picked WHERE r.id = picked.id RETURNING "
+        "THEN 0 ELSE 1 END FROM picked WHERE r.id = picked.id AND "
+      + holds_lease(s, "$1", "$6") + " RETURNING "
       + qualified_run_columns("r"));
   c.prepare("count_unclaimable",
             "SELECT count(*) FROM " + s
@@ -1250,7 +1255,7 @@ std::int64_t postgres_store::acquire_lease(const lease_request& r) {
       throw pqxx::serialization_failure{"executor row forgotten meanwhile"};
     auto key = row[0][0].as<std::int32_t>();
     if (!(lease_locked_ && lease_key_ == key)) {
-      if (!lock_lease(w, key))
+      if (!lock_lease(w, key, false))
         throw perdure::error(
           errc::executor_in_use,
           "executor id '" + r.executor
@@ -1267,42 +1272,48 @@ std::int64_t postgres_store::acquire_lease(const lease_request& r) {
   });
 }
 
-bool postgres_store::lock_lease(pqxx::transaction_base& t, std::int32_t key) {
+bool postgres_store::lock_lease(pqxx::transaction_base& t, std::int32_t key,
+                                bool end_stale) {
   auto locked = t.exec_prepared("lease_lock", key)[0];
-  if (!locked[0].as<bool>() && lease_pid_ != 0) {
-    // Our own previous connection may still hold it on the server.
-    t.exec_prepared("lease_unlock_stale", key, lease_pid_);
-    locked = t.exec_prepared("lease_lock", key)[0];
+  if (!locked[0].as<bool>() && end_stale && !lease_session_.empty()) {
+    // Our own previous connection may still hold it on the server (its
+    // pid and start time, so never another process's session): end it;
+    // the lock is free at a next beat.
+    t.exec_prepared("lease_unlock_stale", key, lease_pid_, lease_session_);
+    return false;
   }
   if (!locked[0].as<bool>())
     return false;
   lease_key_ = key;
   lease_locked_ = true;
   lease_pid_ = locked[1].as<std::int32_t>();
+  lease_session_ = locked[2].as<std::string>();
   return true;
 }
 
-std::optional<std::vector<std::string>>
+std::optional<lease_renewal>
 postgres_store::renew_lease(std::string_view executor, std::int64_t epoch) {
-  return with_retry([&]() -> std::optional<std::vector<std::string>> {
+  return with_retry([&]() -> std::optional<lease_renewal> {
     pqxx::nontransaction w{*conn_};
     // A new connection: the session lock went with the old one. If it is
     // still held, the epoch below says whose: the lock only speeds up the
-    // detection of a dead holder, so this one tries again next beat.
+    // detection of a dead holder, so this one tries again next beat (and
+    // the caller acts as a holder without it: see `lease_renewal`).
     if (!lease_locked_)
-      lock_lease(w, lease_key_);
+      lock_lease(w, lease_key_, true);
     bool held = false;
-    std::vector<std::string> lapsed;
+    lease_renewal renewal;
     for (const auto& row :
          w.exec_prepared("lease_renew", std::string{executor}, epoch)) {
       if (row[0].as<std::string>() == "h")
         held = true;
       else
-        lapsed.push_back(row[1].as<std::string>());
+        renewal.lapsed.push_back(row[1].as<std::string>());
     }
     if (!held)
       return std::nullopt;
-    return lapsed;
+    renewal.locked = lease_locked_;
+    return renewal;
   });
 }
 
@@ -1338,7 +1349,7 @@ postgres_store::take_over(std::string_view executor, const claim_filter& filter,
     std::vector<run_record> result;
     for (const auto& row : w.exec_prepared(
            "take_over", std::string{executor}, names.str(), filter.app_version,
-           only ? one.c_str() : nullptr, now_ms))
+           only ? one.c_str() : nullptr, now_ms, lease()))
       result.push_back(read_run(row));
     w.commit();
     if (result.empty() && !only) { // nothing left to take

@@ -44,8 +44,8 @@ public:
                                       bool count_attempt) override;
   run_page list_runs(const run_filter& filter) override;
   std::int64_t acquire_lease(const lease_request& r) override;
-  std::optional<std::vector<std::string>>
-  renew_lease(std::string_view executor, std::int64_t epoch) override;
+  std::optional<lease_renewal> renew_lease(std::string_view executor,
+                                           std::int64_t epoch) override;
   bool lapse_executor(std::string_view id) override;
   void release_lease(std::string_view executor, std::int64_t epoch) override;
   std::vector<run_record> take_over(std::string_view executor,
@@ -109,7 +109,9 @@ private:
   void prepare_executors(connection& c, const std::string& s);
   /// Takes executor lock `key` on this connection (ending our own previous
   /// connection's session if it still holds it); returns whether it did.
-  bool lock_lease(pqxx::transaction_base& t, std::int32_t key);
+  /// `end_stale`: our own previous connection may still hold it.
+  bool lock_lease(pqxx::transaction_base& t, std::int32_t key,
+                  bool end_stale);
 
   /// Returns the lease epoch fenced writes carry (0: unchecked).
   std::int64_t lease() const noexcept {
@@ -146,8 +148,10 @@ private:
   /// The executor lock this connection holds (see `acquire_lease`).
   std::int32_t lease_key_ = 0;
   bool lease_locked_ = false;
-  /// The server process of the connection that last took it.
+  /// The server process (pid, start time) of the connection that last
+  /// took it.
   std::int32_t lease_pid_ = 0;
+  std::string lease_session_;
   std::unique_ptr<connection> conn_;
 };
 

@@ -56,6 +56,16 @@ struct lease_request {
   std::int64_t timeout_ms = 10'000;
 };
 
+/// What a heartbeat of a held lease found (see `store::renew_lease`).
+struct lease_renewal {
+  /// Other executors whose leases lapsed.
+  std::vector<std::string> lapsed;
+  /// Whether this connection holds the id's lock (PostgreSQL; a holder
+  /// without it is declared lapsed after a second without heartbeats, not
+  /// after its whole timeout).
+  bool locked = true;
+};
+
 /// The wake-up time a delivery (a resolution, a message, a child's end)
 /// gives a passivated run: due at once. Only deliveries write it, so the
 /// runs to bring back are found by it alone (an index of their own). The

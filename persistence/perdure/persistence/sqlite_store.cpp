@@ -966,9 +966,9 @@ std::int64_t sqlite_store::acquire_lease(const lease_request& r) {
   });
 }
 
-std::optional<std::vector<std::string>>
+std::optional<lease_renewal>
 sqlite_store::renew_lease(std::string_view executor, std::int64_t epoch) {
-  return with_retry([&]() -> std::optional<std::vector<std::string>> {
+  return with_retry([&]() -> std::optional<lease_renewal> {
     prepare("UPDATE executors SET heartbeat_at = ?3 WHERE id = ?1 AND epoch = "
             "?2 AND state = 'live'")
       .bind(1, executor)
@@ -977,7 +977,7 @@ sqlite_store::renew_lease(std::string_view executor, std::int64_t epoch) {
       .run();
     if (sqlite3_changes(db_) != 1)
       return std::nullopt;
-    return std::vector<std::string>{}; // no other live runtime on this file
+    return lease_renewal{}; // no other live runtime on this file
   });
 }
 

@@ -37,8 +37,8 @@ public:
                                       bool count_attempt) override;
   run_page list_runs(const run_filter& filter) override;
   std::int64_t acquire_lease(const lease_request& r) override;
-  std::optional<std::vector<std::string>>
-  renew_lease(std::string_view executor, std::int64_t epoch) override;
+  std::optional<lease_renewal> renew_lease(std::string_view executor,
+                                           std::int64_t epoch) override;
   bool lapse_executor(std::string_view id) override;
   void release_lease(std::string_view executor, std::int64_t epoch) override;
   std::vector<run_record> take_over(std::string_view executor,

@@ -119,9 +119,11 @@ public:
   /// The heartbeat of lease `executor`/`epoch`: returns nothing if it was
   /// lost (another process took the id or declared it lapsed), else the
   /// ids of other executors whose leases lapsed (their holder's
-  /// connection is gone, or it missed heartbeats for its timeout).
-  virtual std::optional<std::vector<std::string>>
-  renew_lease(std::string_view executor, std::int64_t epoch) = 0;
+  /// connection is gone, or it missed heartbeats for its timeout) and
+  /// whether this connection holds the id's lock.
+  virtual std::optional<lease_renewal> renew_lease(std::string_view executor,
+                                                   std::int64_t epoch)
+    = 0;
 
   /// Declares executor `id` lapsed if it still is (epoch + 1: its holder's
   /// writes are fenced from now on); returns whether this call did.

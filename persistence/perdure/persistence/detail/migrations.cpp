@@ -99,6 +99,18 @@ std::vector<migration> sqlite_migrations() {
   };
 }
 
+namespace {
+
+/// Returns `text` as an SQL string literal (the schema name is the user's).
+std::string literal(const std::string& text) {
+  std::string out = "'";
+  for (char ch : text)
+    out += ch == '\'' ? std::string{"''"} : std::string{ch};
+  return out + "'";
+}
+
+} // namespace
+
 std::vector<migration> postgres_migrations(const std::string& schema) {
   auto s = schema + ".";
   return {
@@ -189,7 +201,7 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      "lease epochs from one sequence (never repeated once a row is gone)",
      {
        "CREATE SEQUENCE " + s + "executor_epochs",
-       "SELECT setval('" + s + "executor_epochs', GREATEST(1, (SELECT "
+       "SELECT setval(" + literal(s + "executor_epochs") + ", GREATEST(1, (SELECT "
          "max(epoch) FROM " + s + "executors)))",
      }},
   };
