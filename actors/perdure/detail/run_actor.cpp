@@ -80,10 +80,12 @@ struct run_state;
 using run_actor = caf::stateful_actor<run_state>;
 
 /// Hands a final outcome to the journal writer; after the commit, the
-/// writer's thread tells run actor `me` (a `durable` message with the
-/// outcome). Called on the step executor and on the actor alike.
+/// committing thread tells run actor `me` (a `durable` message with the
+/// outcome). Called on the step executor (`on_step_thread`: it may commit
+/// itself) and on the actor alike.
 void checkpoint(persistence::journal_writer& writer, const caf::actor& me,
-                persistence::fence owner, persistence::journal_entry e) {
+                persistence::fence owner, persistence::journal_entry e,
+                bool on_step_thread = false) {
   auto seq = e.seq;
   auto result = static_cast<std::int32_t>(e.outcome);
   auto payload = e.payload; // the actor needs it after the commit
@@ -106,7 +108,8 @@ void checkpoint(persistence::journal_writer& writer, const caf::actor& me,
                   send_reply(me, reply::durable, seq, result,
                              static_cast<std::int32_t>(r.ack), 0, payload,
                              error);
-                });
+                },
+                on_step_thread);
 }
 
 /// The run as an actor's state. Everything here runs on the actor's turn.
@@ -658,7 +661,9 @@ struct run_state : run_core {
         e.payload = std::move(out.payload);
         e.error = persistence::valid_text(out.error);
         e.created_at_ms = detail::now_ms();
-        checkpoint(*writer, me, std::move(fence), std::move(e));
+        // A step thread may block: it commits itself if a writer
+        // connection is idle (one hand-off less per step).
+        checkpoint(*writer, me, std::move(fence), std::move(e), true);
       });
       return;
     }

@@ -10,8 +10,12 @@ namespace perdure::persistence {
 journal_writer::journal_writer(std::vector<std::unique_ptr<store>> connections,
                                options opts)
   : connections_(std::move(connections)), opts_(opts) {
-  for (auto& db : connections_)
-    threads_.emplace_back([this, &db] { run(*db); });
+  for (auto& db : connections_) {
+    lanes_.push_back(std::make_unique<lane>());
+    lanes_.back()->db = db.get();
+  }
+  for (auto& l : lanes_)
+    threads_.emplace_back([this, &l = *l] { run(l); });
 }
 
 journal_writer::journal_writer(std::unique_ptr<store> db, options opts)
@@ -30,21 +34,23 @@ journal_writer::~journal_writer() {
     std::lock_guard guard{mtx_};
     stopping_ = true;
   }
-  cv_.notify_all();
+  for (auto& l : lanes_)
+    l->cv.notify_all();
   for (auto& t : threads_)
     t.join();
 }
 
 void journal_writer::create(run_record run, callback done) {
-  push(request{std::move(run), std::move(done)});
+  push(request{std::move(run), std::move(done)}, false);
 }
 
-void journal_writer::append(append_write w, callback done) {
-  push(request{std::move(w), std::move(done)});
+void journal_writer::append(append_write w, callback done,
+                            bool may_commit_here) {
+  push(request{std::move(w), std::move(done)}, may_commit_here);
 }
 
 void journal_writer::complete(completion_write w, callback done) {
-  push(request{std::move(w), std::move(done)});
+  push(request{std::move(w), std::move(done)}, false);
 }
 
 std::uint64_t journal_writer::batches_committed() const {
@@ -52,92 +58,124 @@ std::uint64_t journal_writer::batches_committed() const {
   return batches_;
 }
 
-void journal_writer::push(request req) {
-  bool wake = false;
+void journal_writer::wake_one() {
+  if (wake_pending_)
+    return;
+  for (auto& l : lanes_) {
+    if (l->idle && !l->lent) {
+      wake_pending_ = true;
+      l->cv.notify_one();
+      return;
+    }
+  }
+}
+
+void journal_writer::take(std::vector<request>& taken) {
+  if (queue_.size() <= opts_.max_batch) {
+    taken.swap(queue_);
+    return;
+  }
+  auto first = queue_.begin();
+  auto last = first + static_cast<std::ptrdiff_t>(opts_.max_batch);
+  taken.assign(std::make_move_iterator(first), std::make_move_iterator(last));
+  queue_.erase(first, last);
+  wake_one(); // the rest for another lane
+}
+
+void journal_writer::push(request req, bool may_commit_here) {
+  lane* borrowed = nullptr;
+  std::vector<request> taken;
   {
     std::lock_guard guard{mtx_};
     queue_.push_back(std::move(req));
-    // One idle thread woken takes everything queued until it runs: waking
-    // one per write would split a burst into small commits (and pay a
-    // context switch for each).
-    wake = idle_ > 0 && !wake_pending_;
-    wake_pending_ = wake_pending_ || wake;
+    if (may_commit_here && !stopping_) {
+      for (auto& l : lanes_) {
+        if (l->idle && !l->lent) {
+          borrowed = l.get();
+          break;
+        }
+      }
+    }
+    if (!borrowed) {
+      wake_one();
+      return;
+    }
+    borrowed->lent = true;
+    take(taken);
   }
-  if (wake)
-    cv_.notify_one();
+  process(*borrowed->db, taken);
+  {
+    std::lock_guard guard{mtx_};
+    borrowed->lent = false;
+    if (!queue_.empty() || stopping_)
+      borrowed->cv.notify_one(); // its thread takes what came meanwhile
+  }
 }
 
-void journal_writer::run(store& db) {
+void journal_writer::run(lane& l) {
   std::vector<request> taken;
   for (;;) {
     {
       std::unique_lock guard{mtx_};
-      ++idle_;
-      while (!stopping_ && queue_.empty()) {
-        cv_.wait(guard);
+      l.idle = true;
+      while (l.lent || (!stopping_ && queue_.empty())) {
+        l.cv.wait(guard);
         wake_pending_ = false; // woken (or not): the next write wakes one
       }
-      --idle_;
+      l.idle = false;
       if (queue_.empty())
         return; // stopping and drained
-      if (queue_.size() <= opts_.max_batch) {
-        taken.swap(queue_);
-      } else {
-        auto first = queue_.begin();
-        auto last = first + static_cast<std::ptrdiff_t>(opts_.max_batch);
-        taken.assign(std::make_move_iterator(first),
-                     std::make_move_iterator(last));
-        queue_.erase(first, last);
-        wake_pending_ = idle_ > 0; // the rest for another thread
-        if (wake_pending_)
-          cv_.notify_one();
-      }
+      take(taken);
     }
-    // Split the requests into the batch, remembering where each one went.
-    write_batch batch;
-    std::vector<slot> slots;
-    slots.reserve(taken.size());
-    for (auto& req : taken) {
-      if (auto* r = std::get_if<run_record>(&req.write)) {
-        slots.emplace_back(kind::create, batch.creates.size());
-        batch.creates.push_back(std::move(*r));
-      } else if (auto* a = std::get_if<append_write>(&req.write)) {
-        slots.emplace_back(kind::append, batch.appends.size());
-        batch.appends.push_back(std::move(*a));
-      } else {
-        slots.emplace_back(kind::complete, batch.completions.size());
-        batch.completions.push_back(
-          std::move(std::get<completion_write>(req.write)));
-      }
-    }
-    bool unavailable = false;
-    auto error = errc::none;
-    auto results = commit(db, batch, slots, unavailable, error);
-    if (!results && !unavailable && taken.size() > 1) {
-      // The database refused the batch (not merely unreachable): one bad
-      // write must not fail the others, so commit them one by one.
-      results.emplace();
-      for (std::size_t i = 0; i < taken.size(); ++i) {
-        write_batch single;
-        auto [k, idx] = slots[i];
-        if (k == kind::create)
-          single.creates.push_back(batch.creates[idx]);
-        else if (k == kind::append)
-          single.appends.push_back(batch.appends[idx]);
-        else
-          single.completions.push_back(batch.completions[idx]);
-        auto one = commit(db, single, {{k, 0}}, unavailable, error);
-        results->push_back(one ? std::move(one->front())
-                               : write_result{write_ack::failed, {}, error});
-      }
-    }
-    if (!results)
-      results.emplace(taken.size(), write_result{write_ack::failed, {}, error});
-    for (std::size_t i = 0; i < taken.size(); ++i)
-      if (taken[i].done)
-        taken[i].done(std::move((*results)[i]));
-    taken.clear();
+    process(*l.db, taken);
   }
+}
+
+void journal_writer::process(store& db, std::vector<request>& taken) {
+  // Split the requests into the batch, remembering where each one went.
+  write_batch batch;
+  std::vector<slot> slots;
+  slots.reserve(taken.size());
+  for (auto& req : taken) {
+    if (auto* r = std::get_if<run_record>(&req.write)) {
+      slots.emplace_back(kind::create, batch.creates.size());
+      batch.creates.push_back(std::move(*r));
+    } else if (auto* a = std::get_if<append_write>(&req.write)) {
+      slots.emplace_back(kind::append, batch.appends.size());
+      batch.appends.push_back(std::move(*a));
+    } else {
+      slots.emplace_back(kind::complete, batch.completions.size());
+      batch.completions.push_back(
+        std::move(std::get<completion_write>(req.write)));
+    }
+  }
+  bool unavailable = false;
+  auto error = errc::none;
+  auto results = commit(db, batch, slots, unavailable, error);
+  if (!results && !unavailable && taken.size() > 1) {
+    // The database refused the batch (not merely unreachable): one bad
+    // write must not fail the others, so commit them one by one.
+    results.emplace();
+    for (std::size_t i = 0; i < taken.size(); ++i) {
+      write_batch single;
+      auto [k, idx] = slots[i];
+      if (k == kind::create)
+        single.creates.push_back(batch.creates[idx]);
+      else if (k == kind::append)
+        single.appends.push_back(batch.appends[idx]);
+      else
+        single.completions.push_back(batch.completions[idx]);
+      auto one = commit(db, single, {{k, 0}}, unavailable, error);
+      results->push_back(one ? std::move(one->front())
+                             : write_result{write_ack::failed, {}, error});
+    }
+  }
+  if (!results)
+    results.emplace(taken.size(), write_result{write_ack::failed, {}, error});
+  for (std::size_t i = 0; i < taken.size(); ++i)
+    if (taken[i].done)
+      taken[i].done(std::move((*results)[i]));
+  taken.clear();
 }
 
 std::optional<std::vector<write_result>>

@@ -80,8 +80,12 @@ public:
   /// its id was taken.
   void create(run_record run, callback done);
 
-  /// Queues a fenced journal append.
-  void append(append_write w, callback done);
+  /// Queues a fenced journal append. `may_commit_here`: the calling
+  /// thread may block for a commit (a step thread, never an actor's): if a
+  /// writer connection is idle, the caller commits what is queued on it
+  /// itself (its write included), saving the hand-off to a writer thread,
+  /// and `done` runs on the caller's thread before this returns.
+  void append(append_write w, callback done, bool may_commit_here = false);
 
   /// Queues a fenced run completion.
   void complete(completion_write w, callback done);
@@ -99,9 +103,26 @@ private:
   enum class kind : std::uint8_t { create, append, complete };
   using slot = std::pair<kind, std::size_t>;
 
+  /// A connection and its thread. A caller may borrow an idle one (`lent`)
+  /// to commit on its own thread; the lane's thread waits meanwhile.
+  struct lane {
+    store* db = nullptr;
+    std::condition_variable cv;
+    bool idle = false;
+    bool lent = false;
+  };
+
   static std::vector<std::unique_ptr<store>> one(std::unique_ptr<store> db);
-  void push(request req);
-  void run(store& db);
+  void push(request req, bool may_commit_here);
+  void run(lane& l);
+  /// Under mtx_: moves up to `max_batch` queued requests into `taken`.
+  void take(std::vector<request>& taken);
+  /// Under mtx_: wakes one idle lane for queued writes, unless one was
+  /// woken and has not taken them yet (one wake-up per burst of writes,
+  /// not one per write).
+  void wake_one();
+  /// Commits `taken` on `db` and calls each request back.
+  void process(store& db, std::vector<request>& taken);
 
   /// Commits `batch`; returns each slot's result, or nothing if it failed
   /// (setting `unavailable` if the database could not be reached, or had
@@ -113,12 +134,10 @@ private:
   std::vector<std::unique_ptr<store>> connections_;
   options opts_;
   mutable std::mutex mtx_;
-  std::condition_variable cv_;
+  std::vector<std::unique_ptr<lane>> lanes_;
   std::vector<request> queue_;
   bool stopping_ = false;
-  /// Threads waiting for writes, and whether one was woken and has not
-  /// taken the queue yet.
-  std::size_t idle_ = 0;
+  /// Whether a lane was woken and has not taken the queue yet.
   bool wake_pending_ = false;
   std::uint64_t batches_ = 0;
   std::vector<std::thread> threads_;
