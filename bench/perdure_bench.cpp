@@ -526,12 +526,18 @@ void recovery(const options& o) {
 std::mutex executed_mtx;
 std::vector<std::pair<std::string, int>> executed; // by the live process
 
+/// Set by the victim once every run is started: runs wait for it, so the
+/// kill finds them mid-way however fast starts and steps are.
+std::atomic<bool> takeover_go{false};
+
 /// A run of the takeover scenario: steps of about a millisecond, so that
 /// the kill finds runs mid-way.
 task<int> slow_steps(workflow_context& ctx, int steps) {
   int sum = 0;
   for (int i = 0; i < steps; ++i)
     sum += co_await ctx.step("s" + std::to_string(i), [i] {
+      while (!takeover_go)
+        std::this_thread::sleep_for(1ms);
       std::this_thread::sleep_for(1ms);
       return i;
     });
@@ -549,14 +555,16 @@ int takeover_child(const options& o) {
   rt.start();
   for (int w = 0; w < o.workflows; ++w)
     rt.start_workflow<int>("ten", o.steps, {.id = "t" + std::to_string(w)});
+  takeover_go = true;
   std::cout << "STARTED" << std::endl;
   std::this_thread::sleep_for(1h);
   return 1;
 }
 
 /// A process running `o.workflows` x `o.steps` is SIGKILLed mid-run while
-/// this one is live: how long until every run is SUCCESS here, and how
-/// many steps checkpointed before the kill ran again.
+/// this one is live: how long until none of its runs is left to it
+/// (`running_again_ms`), until every run is SUCCESS here (`takeover_ms`),
+/// and how many steps checkpointed before the kill ran again.
 void takeover(const options& o) {
   if (o.store != "pg")
     throw std::runtime_error("takeover needs --store pg (SQLite runs one "
@@ -610,6 +618,12 @@ void takeover(const options& o) {
   waitpid(pid, nullptr, 0);
   close(out);
   auto unfinished = count_rows(sql, "runs", "status = 'PENDING'");
+  // Running again: no PENDING run left with the dead executor.
+  while (count_rows(sql, "runs",
+                    "status = 'PENDING' AND executor = 'victim'")
+         > 0)
+    std::this_thread::sleep_for(1ms);
+  auto claimed_ms = seconds_since(t0) * 1000;
   for (int w = 0; w < o.workflows; ++w)
     live.retrieve_workflow<int>("t" + std::to_string(w)).get(300s);
   auto ms = seconds_since(t0) * 1000;
@@ -630,6 +644,7 @@ void takeover(const options& o) {
     .add("workflows", o.workflows)
     .add("steps", o.steps)
     .add("unfinished_at_kill", static_cast<double>(unfinished))
+    .add("running_again_ms", claimed_ms)
     .add("takeover_ms", ms)
     .add("reexecuted_checkpointed_steps", static_cast<double>(again))
     .add("success_runs",
