@@ -119,10 +119,16 @@ runtime_impl::~runtime_impl() {
 }
 
 persistence::store_options runtime_impl::store_options() const {
+  // A runtime stalled inside a transaction for longer than its lease has
+  // lost the lease anyway: the server ends the session (after twice the
+  // lease), so its runs' row locks do not keep the takeover away.
   return {.url = cfg.database_url,
           .schema = cfg.schema,
           .retry_budget = cfg.db_retry_budget,
-          .lease_epoch = lease_epoch_};
+          .lease_epoch = lease_epoch_,
+          .idle_transaction_timeout = client_mode
+                                        ? std::chrono::milliseconds{0}
+                                        : 2 * cfg.lease_timeout};
 }
 
 bool runtime_impl::running() const {

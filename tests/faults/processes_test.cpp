@@ -83,8 +83,18 @@ TEST_F(processes_test, a_process_that_lost_its_lease_runs_none_of_its_steps) {
   sql.exec("UPDATE " + sql.table("executors")
            + " SET epoch = epoch + 1, state = 'lapsed' WHERE id = 'a'");
   auto lapsed = wall_ms();
+  // A takeover holds the lapsed executor's row (FOR SHARE) while it runs,
+  // so its returning holder waits for it; a, not really stalled, would
+  // otherwise take its lease and runs back at its next heartbeat, before
+  // b has started. The test holds the row as that takeover would.
+  std::thread takeover_lock{[this] {
+    test::sql_client hold{db_};
+    hold.exec("SELECT pg_sleep(2) FROM (SELECT id FROM "
+              + hold.table("executors") + " WHERE id = 'a' FOR SHARE) x");
+  }};
   auto b = stepper("b", "b");
   b->start();
+  takeover_lock.join();
   // A delivery reaching a's runtime later must not revive a run there.
   std::this_thread::sleep_for(100ms);
   for (int n = 0; n < runs; ++n)

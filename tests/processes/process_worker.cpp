@@ -1,6 +1,8 @@
 // A runtime process for the processes tests: registers workflow "job" (ten
 // steps, each logged to the side table step_log with this process's pid
-// and returning that pid; step 5 transactional, writing tx_rows), starts,
+// and returning that pid; step 5 transactional, writing tx_rows) and
+// "tx_hold" (one transactional step writing tx_rows, then holding its
+// transaction open for 4 s), starts,
 // prints READY and runs until killed (SIGTERM: a clean stop).
 //
 //   perdure-process-worker <url> <schema> <executor> <lease ms> <step ms>
@@ -81,6 +83,16 @@ int main(int argc, char** argv) {
       });
     }
     co_return n;
+  });
+  // One transactional step that holds its transaction open for 4 s (a
+  // process stalled inside it holds the run's row locks).
+  rt.register_workflow("tx_hold", [&](workflow_context& ctx) -> task<long> {
+    auto id = ctx.workflow_id();
+    co_return co_await ctx.transaction("hold", [&](sql_session& s) {
+      s.exec_params("INSERT INTO " + tx_rows + " (run_id) VALUES ($1)", id);
+      std::this_thread::sleep_for(std::chrono::seconds{4});
+      return static_cast<long>(getpid());
+    });
   });
   try {
     rt.start();

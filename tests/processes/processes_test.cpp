@@ -343,6 +343,43 @@ TEST_F(processes_test, an_id_restarted_without_a_workflow_gives_its_runs_up) {
   expect_exactly_right(handles);
 }
 
+TEST_F(processes_test, a_process_stalled_inside_a_transaction_loses_its_runs) {
+  if (!db_.postgres)
+    GTEST_SKIP() << "SQLite runs one runtime per file";
+  // Its open transaction holds the run's row locks, which a takeover skips:
+  // the server ends the session once it sat idle in it for twice the lease.
+  auto stalled = worker("stalled", 2000, 20);
+  client c{db_.runtime_config("web")};
+  auto run = c.start_workflow<long>("tx_hold");
+  ASSERT_TRUE(test::eventually([&] {
+    return count("SELECT COUNT(*) FROM pg_stat_activity WHERE state = 'idle "
+                 "in transaction' AND datname = current_database()")
+           > 0;
+  }, 10s)) << "the worker never entered the transaction";
+  stalled->signal(SIGSTOP);
+  auto stopped = std::chrono::steady_clock::now();
+  auto tx_rows = sql_->table("tx_rows");
+  runtime live{db_.runtime_config("live")};
+  live.register_workflow("tx_hold", [&](workflow_context& ctx) -> task<long> {
+    auto id = ctx.workflow_id();
+    co_return co_await ctx.transaction("hold", [&](sql_session& s) {
+      s.exec_params("INSERT INTO " + tx_rows + " (run_id) VALUES ($1)", id);
+      return static_cast<long>(getpid());
+    });
+  });
+  live.start();
+  EXPECT_EQ(run.get(30s), static_cast<long>(getpid()));
+  std::cout << "[ measured ] stalled mid-transaction; its run finished "
+               "elsewhere "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::steady_clock::now() - stopped)
+                 .count()
+            << " ms after the stop" << std::endl;
+  EXPECT_EQ(count("SELECT COUNT(*) FROM " + tx_rows), 1)
+    << "the stalled transaction's row and the new one both committed";
+  stalled->signal(SIGCONT);
+}
+
 TEST_F(processes_test, a_stalled_process_is_fenced_and_records_nothing_after) {
   if (!db_.postgres)
     GTEST_SKIP() << "SQLite runs one runtime per file";

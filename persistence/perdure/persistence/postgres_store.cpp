@@ -281,11 +281,10 @@ auto postgres_store::with_retry(F&& attempt) {
   }
 }
 
-postgres_store::postgres_store(
-  std::string url, std::string schema, std::chrono::milliseconds retry_budget,
-  std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch)
-  : url_(std::move(url)), schema_(std::move(schema)),
-    retry_budget_(retry_budget), lease_epoch_(std::move(lease_epoch)) {
+postgres_store::postgres_store(const store_options& opts)
+  : url_(opts.url), schema_(opts.schema), retry_budget_(opts.retry_budget),
+    lease_epoch_(opts.lease_epoch),
+    idle_transaction_timeout_(opts.idle_transaction_timeout) {
   // A server starting up or shutting down refuses connections for a
   // while: retried within the budget like any lost connection.
   try {
@@ -307,6 +306,11 @@ void postgres_store::connect() {
   // next call reconnects.
   auto c = std::make_unique<connection>(url_);
   lease_locked_ = false; // a session lock dies with its connection
+  if (idle_transaction_timeout_.count() > 0) {
+    pqxx::nontransaction n{*c};
+    n.exec("SET idle_in_transaction_session_timeout = "
+           + std::to_string(idle_transaction_timeout_.count()));
+  }
   auto s = c->quote_name(schema_) + ".";
   c->prepare("get_run", std::string{"SELECT "} + run_columns + " FROM " + s
                           + "runs WHERE id = $1");

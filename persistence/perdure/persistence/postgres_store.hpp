@@ -18,12 +18,9 @@ namespace perdure::persistence {
 /// connection; several processes may share one database and schema.
 class postgres_store final : public store {
 public:
-  /// Connects to `url` (a libpq URI or keyword string) and uses `schema`.
-  /// `lease_epoch`: see `store_options::lease_epoch`.
-  postgres_store(
-    std::string url, std::string schema,
-    std::chrono::milliseconds retry_budget,
-    std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch = nullptr);
+  /// Connects to `opts.url` (a libpq URI or keyword string) and uses
+  /// `opts.schema` (see `store_options`).
+  explicit postgres_store(const store_options& opts);
   ~postgres_store() override;
 
   postgres_store(const postgres_store&) = delete;
@@ -145,6 +142,7 @@ private:
   std::string schema_;
   std::chrono::milliseconds retry_budget_;
   std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch_;
+  std::chrono::milliseconds idle_transaction_timeout_;
   /// The executor lock this connection holds (see `acquire_lease`).
   std::int32_t lease_key_ = 0;
   bool lease_locked_ = false;

@@ -20,9 +20,7 @@ std::unique_ptr<store> open_store(const store_options& opts) {
     return std::make_unique<sqlite_store>(path, opts.retry_budget);
   }
   if (starts_with("postgresql://") || starts_with("postgres://"))
-    return std::make_unique<postgres_store>(url, opts.schema,
-                                            opts.retry_budget,
-                                            opts.lease_epoch);
+    return std::make_unique<postgres_store>(opts);
   throw perdure::error(errc::invalid_argument,
                        "unsupported database URL (use postgresql://... or "
                        "sqlite:///path): "

@@ -31,6 +31,11 @@ struct store_options {
   /// it, every write fails its fence. Null (or 0): not checked (tools and
   /// tests that write without a lease).
   std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch;
+  /// PostgreSQL: the server ends a session of these connections that sits
+  /// inside a transaction for longer than this (0: never). A process
+  /// stalled mid-transaction (a transactional step, a batch) holds locks
+  /// on its runs' rows, which a takeover skips: this bounds how long.
+  std::chrono::milliseconds idle_transaction_timeout{0};
 };
 
 /// The durable state of Perdure: one interface, two real implementations
