@@ -344,6 +344,13 @@ TEST_F(recovery_test, a_zombie_owner_is_fenced_and_cannot_record_a_step) {
   test::sql_client sql{db_};
   sql.exec("UPDATE " + sql.table("executors")
            + " SET epoch = epoch + 1, state = 'lapsed' WHERE id = 'zombie'");
+  // A takeover holds the lapsed row FOR SHARE while it runs: the zombie,
+  // not really stalled, cannot take its lease back before live started.
+  std::thread takeover_lock{[this] {
+    test::sql_client hold{db_};
+    hold.exec("SELECT pg_sleep(2) FROM (SELECT id FROM "
+              + hold.table("executors") + " WHERE id = 'zombie' FOR SHARE) x");
+  }};
   runtime live{cfg("live")};
   live.register_workflow("pay", [&](workflow_context& ctx) -> task<std::string> {
     co_return co_await ctx.step("charge", [&] {
@@ -352,6 +359,7 @@ TEST_F(recovery_test, a_zombie_owner_is_fenced_and_cannot_record_a_step) {
     });
   });
   live.start();
+  takeover_lock.join();
   EXPECT_EQ(live.retrieve_workflow<std::string>("p").get(10s), "live");
   // The zombie's step finishes now; its checkpoint must be rejected.
   release.set_value();
