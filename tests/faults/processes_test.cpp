@@ -17,15 +17,10 @@
 #include "support/test_support.hpp"
 
 using namespace perdure;
+using perdure::test::wall_ms;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
 
 /// A step body that started: which runtime, when (wall clock ms).
 struct body_start {

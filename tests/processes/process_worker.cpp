@@ -20,6 +20,7 @@
 #include "support/test_support.hpp"
 
 using namespace perdure;
+using perdure::test::wall_ms;
 
 namespace {
 
@@ -30,12 +31,6 @@ test::sql_client& side_table() {
   if (!client)
     client = std::make_unique<test::sql_client>(db);
   return *client;
-}
-
-std::int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
 }
 
 } // namespace

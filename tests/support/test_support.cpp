@@ -12,6 +12,12 @@
 
 namespace perdure::test {
 
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
 namespace {
 
 std::string unique_suffix() {

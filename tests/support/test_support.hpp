@@ -18,6 +18,9 @@
 
 namespace perdure::test {
 
+/// Returns the wall clock in ms since the epoch (what journal rows record).
+std::int64_t wall_ms();
+
 /// A database (SQLite file or PostgreSQL schema) no other test uses.
 struct database {
   std::string url;
