@@ -1143,13 +1143,16 @@ void postgres_store::prepare_executors(connection& c,
   // cut-off holder), or its session lock is free (its process died) and it
   // missed four heartbeats (a holder whose connection broke reconnects and
   // locks again first). Right after a server restart every lock is free and
-  // every heartbeat old: holders get a timeout's time to come back.
+  // every heartbeat old: holders get a timeout's time to come back. One
+  // that has beaten since the restart took its lock first (a renewal locks,
+  // then beats), so a free lock says it died as at any other time.
   auto lapsed
     = "e.state = 'live' AND (GREATEST(e.heartbeat_at, "
       "pg_postmaster_start_time()) < now() - e.lease_ms * interval "
       "'1 millisecond' OR (e.heartbeat_at < now() - interval '1 second' AND "
-      "pg_postmaster_start_time() < now() - e.lease_ms * interval '1 "
-      "millisecond' AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE "
+      "(pg_postmaster_start_time() < now() - e.lease_ms * interval '1 "
+      "millisecond' OR e.heartbeat_at > pg_postmaster_start_time()) AND NOT "
+      "EXISTS (SELECT 1 FROM pg_locks l WHERE "
       "l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM "
       "pg_database WHERE datname = current_database()) AND l.classid = "
       + std::to_string(cls)
