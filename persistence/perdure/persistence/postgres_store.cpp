@@ -437,11 +437,12 @@ void postgres_store::connect() {
   // commit (what a lone workflow's latency needs). The fence locks the owned run rows FOR SHARE, so a concurrent
   // takeover (which bumps the epoch) either waits for this commit or makes
   // this statement see its epoch.
-  // Two shapes: without creations (the hot path: a lone workflow's steps),
-  // and with them (starts sharing a batch with steps), so the hot statement
-  // does not carry ten empty arrays through one more INSERT.
-  auto batch_sql = [&](bool creating) {
-    return "WITH owned AS (" + fence_sql(creating ? 29 : 19) + "), "
+  // Three shapes, so the hot statement carries nothing it does not use:
+  // appends only (a lone workflow's steps), appends and completions, and
+  // with creations too (starts sharing a batch with steps).
+  auto batch_sql = [&](bool completing, bool creating) {
+    auto lease = creating ? 29 : completing ? 19 : 12;
+    return "WITH owned AS (" + fence_sql(lease) + "), "
            "appended AS (INSERT INTO "
            + s
            + "journal (run_id, seq, kind, name, outcome, payload, error, "
@@ -452,19 +453,22 @@ void postgres_store::connect() {
              "$3::bigint[]) AS j(run_id, seq, kind, name, outcome, "
              "payload, error, created_at, epoch) WHERE (j.run_id, "
              "j.epoch) IN (SELECT id, epoch FROM owned) ON CONFLICT "
-             "(run_id, seq) DO NOTHING RETURNING 1), "
-             "completed AS ("
-           + complete_sql(s, 12) + "), " + wake_parents_sql(s)
+             "(run_id, seq) DO NOTHING RETURNING 1)"
+           + (completing ? ", completed AS (" + complete_sql(s, 12) + "), "
+                             + wake_parents_sql(s)
+                         : std::string{})
            + (creating ? ", created AS (" + create_runs_sql(s, 19) + ")"
                        : std::string{})
            + " SELECT 'a', epoch::text || ':' || id FROM owned UNION ALL "
-             "SELECT 'c', id FROM completed UNION ALL "
+           + (completing ? "SELECT 'c', id FROM completed UNION ALL "
+                         : std::string{})
            + (creating ? "SELECT 'n', id FROM created UNION ALL "
                        : std::string{})
            + "SELECT 'i', count(*)::text FROM appended";
   };
-  c->prepare("write_batch", batch_sql(false));
-  c->prepare("write_batch_creating", batch_sql(true));
+  c->prepare("write_batch_appending", batch_sql(false, false));
+  c->prepare("write_batch", batch_sql(true, false));
+  c->prepare("write_batch_creating", batch_sql(true, true));
   c->prepare("complete_runs", "WITH completed AS (" + complete_sql(s, 1)
                                 + "), " + wake_parents_sql(s)
                                 + " SELECT id FROM completed");
@@ -961,7 +965,13 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
       }
     }
     pqxx::nontransaction w{*conn_};
-    auto rows = batch.creates.empty()
+    auto rows = batch.creates.empty() && batch.completions.empty()
+                  ? w.exec_prepared("write_batch_appending", f_ids.str(),
+                                    f_execs.str(), f_epochs.str(), ids.str(),
+                                    seqs.str(), kinds.str(), names.str(),
+                                    outcomes.str(), payloads.str(),
+                                    errors.str(), ats.str(), lease())
+                : batch.creates.empty()
                   ? w.exec_prepared("write_batch", f_ids.str(), f_execs.str(),
                                     f_epochs.str(), ids.str(), seqs.str(),
                                     kinds.str(), names.str(), outcomes.str(),
