@@ -152,6 +152,132 @@ TEST_F(outage_test, killed_backends_under_load_lose_nothing) {
   });
 }
 
+// Every connection cut for two seconds (a partition, a proxy's blip): each
+// runtime's renewals get through only after retries, and the first one back
+// finds the others silent past the one second after which a holder without
+// its lock is judged. None may be declared lapsed: each was cut off alike.
+TEST_F(outage_test, a_blip_that_cuts_every_runtime_off_costs_nobody_its_lease) {
+  auto make = [&](const std::string& id) {
+    auto cfg = db_.runtime_config(id);
+    cfg.lease_timeout = 6s; // its renewals retry for up to 3 s
+    auto rt = std::make_unique<runtime>(cfg);
+    rt->register_workflow("nap", [](workflow_context& ctx) -> task<int> {
+      co_await ctx.sleep(1h);
+      co_return 1;
+    });
+    rt->start();
+    return rt;
+  };
+  auto a = make("a");
+  auto b = make("b");
+  for (int n = 0; n < 5; ++n) {
+    (void)a->start_workflow<int>("nap", {.id = "a" + std::to_string(n)});
+    (void)b->start_workflow<int>("nap", {.id = "b" + std::to_string(n)});
+  }
+  test::sql_client sql{db_};
+  auto leases = [&] {
+    return test::sql_client{db_}.scalar(
+      "SELECT string_agg(id || ':' || epoch || ':' || state, ',' ORDER BY id) "
+      "FROM " + sql.table("executors") + " WHERE id IN ('a', 'b')");
+  };
+  auto owners = [&] {
+    return test::sql_client{db_}.scalar(
+      "SELECT string_agg(id || ':' || executor, ',' ORDER BY id) FROM "
+      + sql.table("runs"));
+  };
+  ASSERT_TRUE(test::eventually([&] {
+    return test::sql_client{db_}.scalar(
+             "SELECT COUNT(*) FROM " + sql.table("runs")
+             + " WHERE wake_at IS NOT NULL")
+           == "10";
+  }, 10s));
+  auto leases_before = leases();
+  auto owners_before = owners();
+  pg_->refuse_connections(true);
+  std::this_thread::sleep_for(2s);
+  pg_->refuse_connections(false);
+  std::this_thread::sleep_for(3s); // renewals back, judgments made
+  EXPECT_EQ(leases(), leases_before) << "a runtime lost its lease to a blip";
+  EXPECT_EQ(owners(), owners_before);
+}
+
+// One runtime's connections cut while the server stays up (an admin ended
+// them, its role was locked out): its lock is gone, so another takes its
+// runs over a second after its last heartbeat. It must not start a step
+// body after that (its retries need no write, so nothing else stops them).
+TEST_F(outage_test, a_runtime_cut_off_alone_starts_no_step_body_after_a_takeover) {
+  test::sql_client admin{db_};
+  admin.exec("CREATE ROLE runner_a LOGIN SUPERUSER");
+  auto db_a = db_;
+  db_a.url.replace(db_a.url.find("postgres@"), 9, "runner_a@");
+  struct body {
+    char who;
+    std::string run;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::vector<body> bodies;
+  std::map<std::pair<char, std::string>, int> attempts;
+  auto make = [&](const test::database& db, char who) {
+    auto cfg = db.runtime_config(std::string(1, who));
+    cfg.lease_timeout = 6s;
+    cfg.db_retry_budget = 3s;
+    auto rt = std::make_unique<runtime>(cfg);
+    rt->register_workflow("poller", [&, who](workflow_context& ctx)
+                                      -> task<int> {
+      auto run = ctx.workflow_id();
+      co_return co_await ctx.step(
+        "poll",
+        [&] {
+          std::lock_guard guard{mtx_};
+          bodies.push_back({who, run, std::chrono::steady_clock::now()});
+          if (++attempts[{who, run}] < 40)
+            throw std::runtime_error("not yet");
+          return 1;
+        },
+        {.max_attempts = 1000, .initial_delay = 50ms, .backoff = 1.0,
+         .max_delay = 50ms});
+    });
+    rt->start();
+    return rt;
+  };
+  auto a = make(db_a, 'a');
+  auto b = make(db_, 'b');
+  std::vector<std::string> ids;
+  for (int n = 0; n < 4; ++n) {
+    ids.push_back("p" + std::to_string(n));
+    (void)a->start_workflow<int>("poller", {.id = ids.back()});
+  }
+  ASSERT_TRUE(test::eventually([&] {
+    std::lock_guard guard{mtx_};
+    return bodies.size() >= 12;
+  }, 10s));
+  admin.exec("ALTER ROLE runner_a NOLOGIN");
+  admin.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+             "usename = 'runner_a'");
+  auto cut = std::chrono::steady_clock::now();
+  for (auto& id : ids)
+    EXPECT_EQ(b->retrieve_workflow<int>(id).get(30s), 1) << id;
+  admin.exec("ALTER ROLE runner_a LOGIN");
+  std::lock_guard guard{mtx_};
+  int after_cut = 0;
+  int after_takeover = 0;
+  for (auto& id : ids) {
+    auto taken = std::chrono::steady_clock::time_point::max();
+    for (auto& x : bodies)
+      if (x.who == 'b' && x.run == id)
+        taken = std::min(taken, x.at);
+    for (auto& x : bodies)
+      if (x.who == 'a' && x.run == id) {
+        after_cut += x.at > cut;
+        after_takeover += x.at >= taken;
+      }
+  }
+  std::cout << "[ measured ] the cut-off runtime started " << after_cut
+            << " step bodies after the cut, " << after_takeover
+            << " after the takeover\n";
+  EXPECT_EQ(after_takeover, 0);
+}
+
 TEST_F(outage_test, start_waits_for_a_server_that_is_starting) {
   pg_->stop("fast");
   std::thread later{[&] {

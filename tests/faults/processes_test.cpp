@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -72,21 +73,28 @@ TEST_F(processes_test, a_process_that_lost_its_lease_runs_none_of_its_steps) {
   for (int n = 0; n < runs; ++n)
     a->start_workflow<int>("stepper", n, {.id = "w" + std::to_string(n)});
   std::this_thread::sleep_for(300ms);
-  // a stalls past its lease: another process declares it lapsed (by hand
-  // here, as b's heartbeat would) and b takes its runs over at start.
+  // a is cut off, then declared lapsed (by hand here, as b's heartbeat
+  // would). The lapse holds a's row for a second before it commits, so a's
+  // renewal hangs meanwhile, as a cut-off holder's does: a real lapse never
+  // finds its holder freshly renewed. Then a takeover holds the lapsed
+  // executor's row (FOR SHARE) while it runs, so its returning holder waits
+  // for it; a would otherwise take its lease and runs back at its next
+  // heartbeat, before b has started. The test holds the row as that
+  // takeover would.
   test::sql_client sql{db_};
-  sql.exec("UPDATE " + sql.table("executors")
-           + " SET epoch = epoch + 1, state = 'lapsed' WHERE id = 'a'");
-  auto lapsed = wall_ms();
-  // A takeover holds the lapsed executor's row (FOR SHARE) while it runs,
-  // so its returning holder waits for it; a, not really stalled, would
-  // otherwise take its lease and runs back at its next heartbeat, before
-  // b has started. The test holds the row as that takeover would.
-  std::thread takeover_lock{[this] {
+  std::atomic<bool> declared{false};
+  std::thread takeover_lock{[this, &declared] {
     test::sql_client hold{db_};
+    hold.exec("WITH l AS (UPDATE " + hold.table("executors")
+              + " SET epoch = epoch + 1, state = 'lapsed' WHERE id = 'a' "
+                "RETURNING 1) SELECT pg_sleep(1) FROM l");
+    declared = true;
     hold.exec("SELECT pg_sleep(2) FROM (SELECT id FROM "
               + hold.table("executors") + " WHERE id = 'a' FOR SHARE) x");
   }};
+  while (!declared)
+    std::this_thread::sleep_for(1ms);
+  auto lapsed = wall_ms();
   auto b = stepper("b", "b");
   b->start();
   takeover_lock.join();

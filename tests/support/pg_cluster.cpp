@@ -107,4 +107,15 @@ int pg_cluster::kill_backends() {
   return res[0][0].as<int>();
 }
 
+void pg_cluster::refuse_connections(bool refuse) {
+  auto admin = url_.substr(0, url_.rfind('/')) + "/postgres";
+  pqxx::connection c{admin};
+  pqxx::nontransaction nt{c};
+  nt.exec(std::string{"ALTER DATABASE perdure_test WITH ALLOW_CONNECTIONS "}
+          + (refuse ? "false" : "true"));
+  if (refuse)
+    nt.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+            "datname = 'perdure_test'");
+}
+
 } // namespace perdure::test

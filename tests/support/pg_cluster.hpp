@@ -41,6 +41,11 @@ public:
   /// Returns how many were terminated.
   int kill_backends();
 
+  /// Refuses (or again accepts) connections to its database, and with
+  /// `refuse` also cuts every one it has: a network partition between the
+  /// clients and a server that stays up.
+  void refuse_connections(bool refuse);
+
 private:
   void pg_ctl(const std::string& args);
 

@@ -19,6 +19,10 @@ persistence::store_options lease_options(persistence::store_options opts,
   return opts;
 }
 
+/// Without its lock, a holder silent this long is declared lapsed (the
+/// `lapsed` condition of the PostgreSQL store).
+constexpr std::chrono::seconds lapse_gap{1};
+
 } // namespace
 
 executor_lease::executor_lease(
@@ -69,10 +73,14 @@ bool executor_lease::fresh(std::chrono::milliseconds wait) {
   auto full = std::chrono::milliseconds{request_.timeout_ms * 3 / 4};
   auto unlocked = std::min(full, std::chrono::milliseconds{750});
   auto ok = [&] {
+    auto now = std::chrono::steady_clock::now();
+    // A renewal taking this long may be retrying on a connection the
+    // server ended (an admin, a proxy, a partition): the lock may be gone.
+    auto unsure = !locked_
+                  || (renewing_since_
+                      && now - *renewing_since_ > std::chrono::milliseconds{250});
     return !lost_
-           && (!can_lapse_
-               || std::chrono::steady_clock::now() - renewed_at_
-                    < (locked_ ? full : unlocked));
+           && (!can_lapse_ || now - renewed_at_ < (unsure ? unlocked : full));
   };
   std::unique_lock guard{mtx_};
   if (ok() || wait.count() == 0)
@@ -102,12 +110,17 @@ void executor_lease::beat() {
     return;
   }
   auto sent = std::chrono::steady_clock::now();
+  {
+    std::lock_guard guard{mtx_};
+    renewing_since_ = sent;
+  }
   std::optional<persistence::lease_renewal> renewal;
   try {
     renewal = store_->renew_lease(request_.executor, epoch_->load());
   } catch (const std::exception& ex) {
     {
       std::lock_guard guard{mtx_};
+      renewing_since_.reset();
       locked_ = false; // its connection is likely gone, and its lock
     }
     healthy_since_.reset();
@@ -118,6 +131,7 @@ void executor_lease::beat() {
   if (!renewal) {
     {
       std::lock_guard guard{mtx_};
+      renewing_since_.reset();
       lost_ = true;
     }
     renewed_cv_.notify_all();
@@ -129,14 +143,21 @@ void executor_lease::beat() {
     events_.lost();
     return;
   }
+  auto done = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point previous;
   {
     std::lock_guard guard{mtx_};
+    previous = renewed_at_;
     renewed_at_ = sent;
+    renewing_since_.reset();
     locked_ = renewal->locked;
   }
   renewed_cv_.notify_all();
-  if (!healthy_since_)
-    healthy_since_ = sent;
+  // A renewal that got through only after retries (the server went away,
+  // every connection was cut) ends a gap as long as the one after which
+  // others are judged: this runtime was cut off too, like them.
+  if (!healthy_since_ || done - previous > lapse_gap)
+    healthy_since_ = done;
   // Back from an outage or a partition, the others' heartbeats look old
   // too: they get a lease's time to renew before this one judges them.
   if (sent - *healthy_since_ < std::chrono::milliseconds{request_.timeout_ms})
