@@ -19,10 +19,6 @@ persistence::store_options lease_options(persistence::store_options opts,
   return opts;
 }
 
-/// Without its lock, a holder silent this long is declared lapsed (the
-/// `lapsed` condition of the PostgreSQL store).
-constexpr std::chrono::seconds lapse_gap{1};
-
 } // namespace
 
 executor_lease::executor_lease(
@@ -51,6 +47,10 @@ void executor_lease::acquire() {
 void executor_lease::start_heartbeats(std::chrono::milliseconds interval,
                                       events ev) {
   events_ = std::move(ev);
+  {
+    std::lock_guard guard{mtx_};
+    interval_ = interval;
+  }
   heartbeat_ = std::make_unique<ticker>(interval, [this] { beat(); });
 }
 
@@ -74,11 +74,10 @@ bool executor_lease::fresh(std::chrono::milliseconds wait) {
   auto unlocked = std::min(full, std::chrono::milliseconds{750});
   auto ok = [&] {
     auto now = std::chrono::steady_clock::now();
-    // A renewal taking this long may be retrying on a connection the
-    // server ended (an admin, a proxy, a partition): the lock may be gone.
-    auto unsure = !locked_
-                  || (renewing_since_
-                      && now - *renewing_since_ > std::chrono::milliseconds{250});
+    // No renewal for two beats: whatever the lease connection is doing
+    // (retrying a renewal or a declaration on a connection the server
+    // ended: an admin, a proxy, a partition), the lock may be gone.
+    auto unsure = !locked_ || now - renewed_at_ > 2 * interval_;
     return !lost_
            && (!can_lapse_ || now - renewed_at_ < (unsure ? unlocked : full));
   };
@@ -110,17 +109,12 @@ void executor_lease::beat() {
     return;
   }
   auto sent = std::chrono::steady_clock::now();
-  {
-    std::lock_guard guard{mtx_};
-    renewing_since_ = sent;
-  }
   std::optional<persistence::lease_renewal> renewal;
   try {
     renewal = store_->renew_lease(request_.executor, epoch_->load());
   } catch (const std::exception& ex) {
     {
       std::lock_guard guard{mtx_};
-      renewing_since_.reset();
       locked_ = false; // its connection is likely gone, and its lock
     }
     healthy_since_.reset();
@@ -131,7 +125,6 @@ void executor_lease::beat() {
   if (!renewal) {
     {
       std::lock_guard guard{mtx_};
-      renewing_since_.reset();
       lost_ = true;
     }
     renewed_cv_.notify_all();
@@ -144,19 +137,16 @@ void executor_lease::beat() {
     return;
   }
   auto done = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point previous;
   {
     std::lock_guard guard{mtx_};
-    previous = renewed_at_;
     renewed_at_ = sent;
-    renewing_since_.reset();
     locked_ = renewal->locked;
   }
   renewed_cv_.notify_all();
-  // A renewal that got through only after retries (the server went away,
-  // every connection was cut) ends a gap as long as the one after which
-  // others are judged: this runtime was cut off too, like them.
-  if (!healthy_since_ || done - previous > lapse_gap)
+  // A renewal that had to lock again got through only after its connection
+  // was cut (retries hid the failure): every holder's likely was, and their
+  // locks are free and heartbeats old as ours were. Judge nobody for now.
+  if (!healthy_since_ || renewal->relocked)
     healthy_since_ = done;
   // Back from an outage or a partition, the others' heartbeats look old
   // too: they get a lease's time to renew before this one judges them.

@@ -62,8 +62,8 @@ public:
 
   /// Returns whether the holder may act now: not lost, and renewed within
   /// three quarters of its timeout, or within 750 ms while its lock may be
-  /// gone (a renewal failed, was refused the lock, or has been under way
-  /// for over 250 ms: others judge a holder without its lock after 1 s).
+  /// gone (a renewal failed or was refused the lock, or none succeeded for
+  /// two heartbeats: others judge a holder without its lock after 1 s).
   /// Always where nobody can declare it lapsed (SQLite's one runtime per
   /// file). Waits up to `wait` for that.
   bool fresh(std::chrono::milliseconds wait = std::chrono::milliseconds{0});
@@ -84,9 +84,10 @@ private:
   bool locked_ = true;
   /// When the last successful renewal was sent (steady clock).
   std::chrono::steady_clock::time_point renewed_at_;
-  /// When the renewal under way was sent, if one is.
-  std::optional<std::chrono::steady_clock::time_point> renewing_since_;
-  /// Since when renewals have succeeded without a failure or a long gap
+  /// The heartbeat interval (until heartbeats start: as long as the
+  /// lease, so that only `locked_` decides).
+  std::chrono::milliseconds interval_{std::chrono::hours{1}};
+  /// Since when renewals have succeeded without a failure or a relock
   /// between (on the heartbeat thread; a time long ago from the start).
   std::optional<std::chrono::steady_clock::time_point> healthy_since_
     = std::chrono::steady_clock::time_point{};

@@ -1316,10 +1316,12 @@ postgres_store::renew_lease(std::string_view executor, std::int64_t epoch) {
     // still held, the epoch below says whose: the lock only speeds up the
     // detection of a dead holder, so this one tries again next beat (and
     // the caller acts as a holder without it: see `lease_renewal`).
-    if (!lease_locked_)
-      lock_lease(w, lease_key_, true);
-    bool held = false;
     lease_renewal renewal;
+    if (!lease_locked_) {
+      renewal.relocked = true;
+      lock_lease(w, lease_key_, true);
+    }
+    bool held = false;
     for (const auto& row :
          w.exec_prepared("lease_renew", std::string{executor}, epoch)) {
       if (row[0].as<std::string>() == "h")

@@ -64,6 +64,9 @@ struct lease_renewal {
   /// without it is declared lapsed after a second without heartbeats, not
   /// after its whole timeout).
   bool locked = true;
+  /// Whether the renewal had to lock again first (its connection had been
+  /// cut: every holder's likely was, so their heartbeats look old too).
+  bool relocked = false;
 };
 
 /// The wake-up time a delivery (a resolution, a message, a child's end)
