@@ -84,8 +84,8 @@ private:
   bool locked_ = true;
   /// When the last successful renewal was sent (steady clock).
   std::chrono::steady_clock::time_point renewed_at_;
-  /// The heartbeat interval (until heartbeats start: as long as the
-  /// lease, so that only `locked_` decides).
+  /// The heartbeat interval (until heartbeats start: an hour, so that
+  /// only `locked_` decides).
   std::chrono::milliseconds interval_{std::chrono::hours{1}};
   /// Since when renewals have succeeded without a failure or a relock
   /// between (on the heartbeat thread; a time long ago from the start).
