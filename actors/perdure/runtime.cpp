@@ -621,11 +621,15 @@ std::uint64_t runtime_impl::wake_count(const std::string& id) const {
 
 bool runtime_impl::finish_passivation(const std::string& id,
                                       std::int64_t epoch, std::uint64_t seen) {
-  std::lock_guard guard{active_mtx_};
-  auto i = active_.find(id);
-  if (i == active_.end() || i->second.epoch != epoch || i->second.wakes != seen)
-    return false;
-  active_.erase(i);
+  {
+    std::lock_guard guard{active_mtx_};
+    auto i = active_.find(id);
+    if (i == active_.end() || i->second.epoch != epoch
+        || i->second.wakes != seen)
+      return false;
+    active_.erase(i);
+  }
+  tell_watchers(id, std::nullopt); // its waiters poll the store now
   return true;
 }
 
@@ -837,16 +841,19 @@ void runtime_impl::run_stopped(const std::string& id,
     if (i != active_.end() && (epoch < 0 || i->second.epoch == epoch))
       active_.erase(i);
   }
-  if (!outcome)
+  tell_watchers(id, std::move(outcome));
+}
+
+void runtime_impl::tell_watchers(const std::string& id,
+                                 std::optional<run_outcome> outcome) {
+  std::lock_guard guard{done_mtx_};
+  auto i = watchers_.find(id);
+  if (i == watchers_.end())
     return;
-  {
-    std::lock_guard guard{done_mtx_};
-    auto i = watchers_.find(id);
-    if (i == watchers_.end())
-      return;
+  ++i->second.stops;
+  if (outcome)
     i->second.outcome = std::move(outcome);
-  }
-  done_cv_.notify_all();
+  i->second.ended.notify_all(); // under the lock: unwatch may erase it
 }
 
 void runtime_impl::watch(const std::string& id) {
@@ -861,12 +868,20 @@ void runtime_impl::unwatch(const std::string& id) {
     watchers_.erase(i);
 }
 
+std::uint64_t runtime_impl::stops(const std::string& id) {
+  std::lock_guard guard{done_mtx_};
+  return watchers_[id].stops;
+}
+
 std::optional<run_outcome>
 runtime_impl::wait_ended(const std::string& id,
-                         std::chrono::milliseconds timeout) {
+                         std::chrono::milliseconds timeout,
+                         std::uint64_t stops) {
   std::unique_lock guard{done_mtx_};
   auto& w = watchers_[id];
-  done_cv_.wait_for(guard, timeout, [&] { return w.outcome.has_value(); });
+  w.ended.wait_for(guard, timeout, [&] {
+    return w.outcome.has_value() || w.stops != stops;
+  });
   return w.outcome;
 }
 
@@ -902,18 +917,30 @@ run_outcome await_run(runtime_impl& rt, const std::string& id,
       rt.unwatch(id);
     }
   } guard{rt, id};
-  for (;;) {
+  for (bool waited_long = false;; ) {
     // Watch first, then read: an end committed in between is never missed.
-    if (auto outcome = stored_outcome(rt, id))
-      return *outcome;
+    // A run this runtime is running reports its end, or its actor's stop
+    // (e.g. fenced), to the watch: no read, no polling at poll_interval
+    // (with hundreds of waiters, those reads and wake-ups cost more CPU
+    // than the runs). Any other run may end elsewhere: poll the store. A
+    // long wait that saw nothing reads too, should an end go unreported.
+    auto stops = rt.stops(id);
+    bool here = rt.is_active(id);
+    if (!here || waited_long)
+      if (auto outcome = stored_outcome(rt, id))
+        return *outcome;
     auto now = clock::now();
     if (now >= deadline)
       throw error(errc::timeout,
                   "workflow '" + id + "' still running after the timeout");
-    auto wait = std::min<clock::duration>(rt.cfg.poll_interval, deadline - now);
+    auto poll = here ? std::max<clock::duration>(rt.cfg.poll_interval,
+                                                 std::chrono::seconds{1})
+                     : clock::duration{rt.cfg.poll_interval};
+    auto wait = std::min<clock::duration>(poll, deadline - now);
     if (auto outcome = rt.wait_ended(
-          id, std::chrono::duration_cast<std::chrono::milliseconds>(wait)))
+          id, std::chrono::ceil<std::chrono::milliseconds>(wait), stops))
       return *outcome;
+    waited_long = here && rt.stops(id) == stops;
   }
 }
 

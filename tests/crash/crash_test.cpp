@@ -6,12 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <map>
 #include <random>
@@ -20,6 +14,7 @@
 #include <thread>
 
 #include "perdure/persistence/codec.hpp"
+#include "support/child_process.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -32,86 +27,14 @@ constexpr int steps = 10;
 constexpr int tx_step = 5;
 constexpr int kills = 4;
 
-/// A worker process with its stdout on a pipe.
-class worker {
+/// A crash worker process (`crash_worker.cpp`) on `db`.
+class worker : public test::child_process {
 public:
-  worker(const test::database& db, int incarnation) {
-    int fds[2];
-    if (pipe(fds) != 0)
-      throw std::runtime_error("pipe");
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      auto inc = std::to_string(incarnation);
-      auto w = std::to_string(workflows);
-      auto s = std::to_string(steps);
-      execl(PERDURE_CRASH_WORKER, PERDURE_CRASH_WORKER, db.url.c_str(),
-            db.schema.c_str(), inc.c_str(), w.c_str(), s.c_str(), nullptr);
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fds[0];
+  worker(const test::database& db, int incarnation)
+    : child_process({PERDURE_CRASH_WORKER, db.url, db.schema,
+                     std::to_string(incarnation), std::to_string(workflows),
+                     std::to_string(steps)}) {
   }
-
-  ~worker() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(out_);
-  }
-
-  /// Waits until the worker printed `word` (or the timeout passed).
-  bool wait_for(const std::string& word, std::chrono::milliseconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (buffer_.find(word) == std::string::npos) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0)
-        return false;
-      pollfd p{out_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left.count())) <= 0)
-        continue;
-      char chunk[4096];
-      auto n = read(out_, chunk, sizeof chunk);
-      if (n <= 0)
-        return buffer_.find(word) != std::string::npos;
-      buffer_.append(chunk, static_cast<size_t>(n));
-    }
-    return true;
-  }
-
-  void sigkill() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
-  /// Waits for a normal exit; returns the exit code (-1 on timeout/signal).
-  int wait_exit(std::chrono::seconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      auto r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return -1;
-  }
-
-  const std::string& output() const {
-    return buffer_;
-  }
-
-private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-  std::string buffer_;
 };
 
 using step_key = std::pair<std::string, int>; // (run id, seq)
@@ -119,6 +42,7 @@ using step_key = std::pair<std::string, int>; // (run id, seq)
 struct snapshot {
   std::set<step_key> checkpointed;
   std::map<std::string, int> last_seq; // per run, highest checkpointed seq
+  std::map<std::string, int> tx_rows;   // per run, user rows of the tx step
   int unfinished_runs = 0;
 };
 
@@ -136,10 +60,18 @@ protected:
 
   snapshot take_snapshot() {
     snapshot s;
+    // Journal and user rows in one statement (one snapshot): a killed
+    // worker's last commit may still land between two reads.
     for (auto& row : sql_->exec("SELECT run_id, seq FROM "
-                                + sql_->table("journal"))
+                                + sql_->table("journal")
+                                + " UNION ALL SELECT run_id, -1 FROM "
+                                + sql_->table("tx_rows"))
                        .rows) {
       step_key k{*row[0], std::stoi(*row[1])};
+      if (k.second < 0) {
+        ++s.tx_rows[k.first];
+        continue;
+      }
       s.checkpointed.insert(k);
       auto& last = s.last_seq.try_emplace(k.first, -1).first->second;
       last = std::max(last, k.second);
@@ -152,14 +84,12 @@ protected:
 
   /// Transactional step: user row present exactly when its checkpoint is.
   void expect_tx_rows_match_checkpoints(const snapshot& s, int kill) {
-    std::map<std::string, int> rows;
-    for (auto& row :
-         sql_->exec("SELECT run_id FROM " + sql_->table("tx_rows")).rows)
-      ++rows[*row[0]];
     for (int n = 0; n < workflows; ++n) {
       auto id = "wf-" + std::to_string(n);
       auto has_checkpoint = s.checkpointed.count({id, tx_step}) > 0;
-      EXPECT_EQ(rows[id], has_checkpoint ? 1 : 0)
+      auto rows = s.tx_rows.find(id);
+      EXPECT_EQ(rows == s.tx_rows.end() ? 0 : rows->second,
+                has_checkpoint ? 1 : 0)
         << "after kill " << kill << ", run " << id;
     }
   }

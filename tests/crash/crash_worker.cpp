@@ -26,10 +26,7 @@ test::database db;
 int incarnation = 0;
 
 test::sql_client& side_table() {
-  thread_local std::unique_ptr<test::sql_client> client;
-  if (!client)
-    client = std::make_unique<test::sql_client>(db);
-  return *client;
+  return test::thread_client(db);
 }
 
 } // namespace
@@ -40,9 +37,7 @@ int main(int argc, char** argv) {
                  "<workflows> <steps>\n";
     return 2;
   }
-  db.url = argv[1];
-  db.schema = argv[2];
-  db.postgres = db.url.rfind("postgres", 0) == 0;
+  db = test::database::named(argv[1], argv[2]);
   incarnation = std::stoi(argv[3]);
   int workflows = std::stoi(argv[4]);
   int steps = std::stoi(argv[5]);

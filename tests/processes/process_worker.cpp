@@ -27,10 +27,7 @@ namespace {
 test::database db;
 
 test::sql_client& side_table() {
-  thread_local std::unique_ptr<test::sql_client> client;
-  if (!client)
-    client = std::make_unique<test::sql_client>(db);
-  return *client;
+  return test::thread_client(db);
 }
 
 } // namespace
@@ -41,9 +38,7 @@ int main(int argc, char** argv) {
                  "<lease ms> <step ms>\n";
     return 2;
   }
-  db.url = argv[1];
-  db.schema = argv[2];
-  db.postgres = db.url.rfind("postgres", 0) == 0;
+  db = test::database::named(argv[1], argv[2]);
   auto cfg = db.runtime_config(argv[3]);
   cfg.lease_timeout = std::chrono::milliseconds{std::stoi(argv[4])};
   auto step_time = std::chrono::milliseconds{std::stoi(argv[5])};

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <unistd.h>
@@ -35,6 +36,14 @@ std::string store_under_test() {
   if (kind != "sqlite" && kind != "postgres")
     throw std::runtime_error("PERDURE_TEST_STORE must be sqlite or postgres");
   return kind;
+}
+
+database database::named(std::string url, std::string schema) {
+  database db;
+  db.postgres = url.rfind("postgres", 0) == 0;
+  db.url = std::move(url);
+  db.schema = std::move(schema);
+  return db;
 }
 
 database database::fresh() {
@@ -169,6 +178,13 @@ std::string sql_client::scalar(const std::string& sql,
   if (rows.rows.size() != 1 || rows.rows[0].size() != 1)
     throw std::runtime_error("not a scalar result: " + sql);
   return rows.rows[0][0].value_or("NULL");
+}
+
+sql_client& thread_client(const database& db) {
+  thread_local std::unique_ptr<sql_client> client;
+  if (!client)
+    client = std::make_unique<sql_client>(db);
+  return *client;
 }
 
 } // namespace perdure::test

@@ -38,6 +38,9 @@ struct database {
 
   /// Returns a fresh database on the store under test.
   static database fresh();
+
+  /// Returns the database named on a worker process's command line.
+  static database named(std::string url, std::string schema);
 };
 
 /// Returns "sqlite" or "postgres" (the store under test).
@@ -82,5 +85,9 @@ private:
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+/// Returns this thread's own client of `db` (a worker process logs to side
+/// tables from many step threads at once; a client serves one thread).
+sql_client& thread_client(const database& db);
 
 } // namespace perdure::test

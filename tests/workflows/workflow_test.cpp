@@ -105,6 +105,33 @@ TEST_F(workflow_test, step_code_runs_off_the_calling_and_scheduler_threads) {
   EXPECT_NE(step_thread, std::thread::id{});
 }
 
+TEST_F(workflow_test, a_long_workflow_keeps_no_step_thread_from_other_runs) {
+  // A step thread that committed a step goes on with the run's next one
+  // (no hand-off), but not past steps of other runs waiting for a thread.
+  auto c = cfg();
+  c.step_threads = 1;
+  runtime rt{c};
+  constexpr int long_steps = 300;
+  std::atomic<int> done{0};
+  rt.register_workflow("long", [&](workflow_context& ctx) -> task<void> {
+    for (int i = 0; i < long_steps; ++i)
+      co_await ctx.step("s" + std::to_string(i), [&] {
+        std::this_thread::sleep_for(1ms);
+        ++done;
+      });
+  });
+  rt.register_workflow("short", [](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.step("s", [] { return 7; });
+  });
+  rt.start();
+  auto long_run = rt.start_workflow<void>("long");
+  ASSERT_TRUE(test::eventually([&] { return done >= 5; }));
+  EXPECT_EQ(rt.start_workflow<int>("short").get(30s), 7);
+  EXPECT_LT(done.load(), long_steps / 2)
+    << "the short run waited for the long one's steps";
+  long_run.get(60s);
+}
+
 TEST_F(workflow_test, many_concurrent_workflows_all_finish_with_exact_results) {
   runtime rt{cfg()};
   rt.register_workflow("sum", [](workflow_context& ctx, int n) -> task<int> {

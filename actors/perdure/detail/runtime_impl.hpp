@@ -210,22 +210,37 @@ public:
   void run_stopped(const std::string& id, std::optional<run_outcome> outcome,
                    std::int64_t epoch = -1);
 
-  /// Waits for the in-process end of run `id` (up to `timeout`). Returns
-  /// nothing on timeout. The caller re-reads the store afterwards.
+  /// Waits for the in-process end of run `id` (up to `timeout`), or for
+  /// its actor to stop after the caller saw stop count `stops`. Returns
+  /// nothing on timeout or a stop without an end: the caller re-reads the
+  /// store then.
   std::optional<run_outcome> wait_ended(const std::string& id,
-                                        std::chrono::milliseconds timeout);
+                                        std::chrono::milliseconds timeout,
+                                        std::uint64_t stops);
 
   /// Registers interest in the end of `id` before the caller reads the store.
   void watch(const std::string& id);
+
+  /// Returns how many times an actor of watched run `id` stopped (read
+  /// before `is_active`, so that a stop in between is not missed).
+  std::uint64_t stops(const std::string& id);
 
   /// Drops interest registered by `watch`.
   void unwatch(const std::string& id);
 
 private:
+  /// Those waiting for one run's end. Each has its own condition: with
+  /// one for all, every end woke every waiting thread.
   struct watcher {
     int count = 0;
     std::optional<run_outcome> outcome;
+    std::uint64_t stops = 0;
+    std::condition_variable ended;
   };
+
+  /// Tells the waiters for `id` that its actor stopped, and how it ended
+  /// (`outcome`, if it did).
+  void tell_watchers(const std::string& id, std::optional<run_outcome> outcome);
 
   void recover();
   /// Brings claimed `runs` in: passivated ones get their timers, the
@@ -303,7 +318,6 @@ private:
   std::condition_variable clients_done_;
 
   std::mutex done_mtx_;
-  std::condition_variable done_cv_;
   std::unordered_map<std::string, watcher> watchers_;
 };
 

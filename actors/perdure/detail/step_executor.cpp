@@ -43,6 +43,11 @@ void step_executor::post(std::function<void()> job) {
     cv_.notify_one();
 }
 
+bool step_executor::has_queued_jobs() {
+  std::lock_guard guard{mtx_};
+  return !jobs_.empty();
+}
+
 bool step_executor::wake_one() {
   if (idle_ == 0 || wake_pending_)
     return false;

@@ -25,6 +25,10 @@ public:
   /// Queues `job`; it runs on one of the executor's threads.
   void post(std::function<void()> job);
 
+  /// Returns whether jobs wait for a thread (a workflow going on with its
+  /// next step on the thread it holds would jump that queue).
+  bool has_queued_jobs();
+
   /// Returns whether the calling thread is an executor thread of `owner`
   /// (one that must not join `owner`'s executors, as `runtime::stop()`
   /// does).

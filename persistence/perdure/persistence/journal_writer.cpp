@@ -40,18 +40,6 @@ journal_writer::~journal_writer() {
     t.join();
 }
 
-void journal_writer::create(run_record run, callback done) {
-  push(request{std::move(run), std::move(done)}, false);
-}
-
-void journal_writer::append(append_write w, callback done,
-                            bool may_commit_here) {
-  push(request{std::move(w), std::move(done)}, may_commit_here);
-}
-
-void journal_writer::complete(completion_write w, callback done) {
-  push(request{std::move(w), std::move(done)}, false);
-}
 
 std::uint64_t journal_writer::batches_committed() const {
   std::lock_guard guard{mtx_};
@@ -82,12 +70,12 @@ void journal_writer::take(std::vector<request>& taken) {
   wake_one(); // the rest for another lane
 }
 
-void journal_writer::push(request req, bool may_commit_here) {
+void journal_writer::submit(write w, callback done, bool may_commit_here) {
   lane* borrowed = nullptr;
   std::vector<request> taken;
   {
     std::lock_guard guard{mtx_};
-    queue_.push_back(std::move(req));
+    queue_.push_back(request{std::move(w), std::move(done)});
     if (may_commit_here && !stopping_) {
       for (auto& l : lanes_) {
         if (l->idle && !l->lent) {
@@ -136,19 +124,8 @@ void journal_writer::process(store& db, std::vector<request>& taken) {
   write_batch batch;
   std::vector<slot> slots;
   slots.reserve(taken.size());
-  for (auto& req : taken) {
-    if (auto* r = std::get_if<run_record>(&req.write)) {
-      slots.emplace_back(kind::create, batch.creates.size());
-      batch.creates.push_back(std::move(*r));
-    } else if (auto* a = std::get_if<append_write>(&req.write)) {
-      slots.emplace_back(kind::append, batch.appends.size());
-      batch.appends.push_back(std::move(*a));
-    } else {
-      slots.emplace_back(kind::complete, batch.completions.size());
-      batch.completions.push_back(
-        std::move(std::get<completion_write>(req.write)));
-    }
-  }
+  for (auto& req : taken)
+    slots.push_back(batch.add(std::move(req.write)));
   bool unavailable = false;
   auto error = errc::none;
   auto results = commit(db, batch, slots, unavailable, error);
@@ -157,15 +134,8 @@ void journal_writer::process(store& db, std::vector<request>& taken) {
     // write must not fail the others, so commit them one by one.
     results.emplace();
     for (std::size_t i = 0; i < taken.size(); ++i) {
-      write_batch single;
-      auto [k, idx] = slots[i];
-      if (k == kind::create)
-        single.creates.push_back(batch.creates[idx]);
-      else if (k == kind::append)
-        single.appends.push_back(batch.appends[idx]);
-      else
-        single.completions.push_back(batch.completions[idx]);
-      auto one = commit(db, single, {{k, 0}}, unavailable, error);
+      auto one = commit(db, batch.single(slots[i]), {slot{slots[i].kind, 0}},
+                        unavailable, error);
       results->push_back(one ? std::move(one->front())
                              : write_result{write_ack::failed, {}, error});
     }
@@ -186,14 +156,13 @@ journal_writer::commit(store& db, const write_batch& batch,
     auto result = db.write_batch(batch);
     std::vector<write_result> results;
     results.reserve(slots.size());
-    for (auto [k, idx] : slots) {
+    for (auto s : slots) {
       write_result r;
-      bool ok = k == kind::create   ? result.created[idx]
-                : k == kind::append ? result.appends[idx]
-                                    : result.completions[idx];
+      bool ok = result.took_effect(s);
       r.ack = ok ? write_ack::committed : write_ack::rejected;
-      if (ok && k == kind::append && idx < result.recorded.size()
-          && result.recorded[idx]) {
+      auto idx = s.index;
+      if (ok && s.kind == kind_of<append_write>()
+          && idx < result.recorded.size() && result.recorded[idx]) {
         auto& stored = *result.recorded[idx];
         auto& sent = batch.appends[idx].entry;
         // Our own earlier write of the same outcome (an in-doubt commit

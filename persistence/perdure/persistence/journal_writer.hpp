@@ -76,32 +76,37 @@ public:
   journal_writer(const journal_writer&) = delete;
   journal_writer& operator=(const journal_writer&) = delete;
 
-  /// Queues the creation of a run: `committed` once inserted, `rejected` if
-  /// its id was taken.
-  void create(run_record run, callback done);
-
-  /// Queues a fenced journal append. `may_commit_here`: the calling
+  /// Queues `w`: a run's creation (`committed` once inserted, `rejected`
+  /// if its id was taken), a fenced journal append or a fenced run
+  /// completion (`rejected` by the fence). `may_commit_here`: the calling
   /// thread may block for a commit (a step thread, never an actor's): if a
   /// writer connection is idle, the caller commits what is queued on it
   /// itself (its write included), saving the hand-off to a writer thread,
   /// and `done` runs on the caller's thread before this returns.
-  void append(append_write w, callback done, bool may_commit_here = false);
+  void submit(write w, callback done, bool may_commit_here = false);
 
-  /// Queues a fenced run completion.
-  void complete(completion_write w, callback done);
+  void create(run_record run, callback done) {
+    submit(std::move(run), std::move(done));
+  }
+
+  void append(append_write w, callback done, bool may_commit_here = false) {
+    submit(std::move(w), std::move(done), may_commit_here);
+  }
+
+  void complete(completion_write w, callback done) {
+    submit(std::move(w), std::move(done));
+  }
 
   /// Returns how many transactions the writer has committed.
   std::uint64_t batches_committed() const;
 
 private:
   struct request {
-    std::variant<run_record, append_write, completion_write> write;
+    persistence::write write;
     callback done;
   };
 
-  /// What a request is, and its index among the batch's writes of that kind.
-  enum class kind : std::uint8_t { create, append, complete };
-  using slot = std::pair<kind, std::size_t>;
+  using slot = write_batch::slot;
 
   /// A connection and its thread. A caller may borrow an idle one (`lent`)
   /// to commit on its own thread; the lane's thread waits meanwhile.
@@ -113,7 +118,6 @@ private:
   };
 
   static std::vector<std::unique_ptr<store>> one(std::unique_ptr<store> db);
-  void push(request req, bool may_commit_here);
   void run(lane& l);
   /// Under mtx_: moves up to `max_batch` queued requests into `taken`.
   void take(std::vector<request>& taken);

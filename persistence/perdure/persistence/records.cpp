@@ -186,4 +186,44 @@ void listing_query::finish(run_page& page) const {
   page.next_cursor = std::to_string(to_ms(last.created_at)) + ":" + last.id;
 }
 
+write_batch::slot write_batch::add(write w) {
+  auto kind = w.index();
+  auto push = [&](auto& list, auto&& x) {
+    list.push_back(std::move(x));
+    return slot{kind, list.size() - 1};
+  };
+  return std::visit(
+    [&](auto&& x) -> slot {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, run_record>)
+        return push(creates, x);
+      else if constexpr (std::is_same_v<T, append_write>)
+        return push(appends, x);
+      else
+        return push(completions, x);
+    },
+    std::move(w));
+}
+
+write_batch write_batch::single(slot s) const {
+  write_batch one;
+  switch (s.kind) {
+    case kind_of<run_record>(): one.creates.push_back(creates.at(s.index)); break;
+    case kind_of<append_write>(): one.appends.push_back(appends.at(s.index)); break;
+    case kind_of<completion_write>():
+      one.completions.push_back(completions.at(s.index));
+      break;
+  }
+  return one;
+}
+
+bool batch_result::took_effect(write_batch::slot s) const {
+  switch (s.kind) {
+    case kind_of<run_record>(): return created.at(s.index);
+    case kind_of<append_write>(): return appends.at(s.index);
+    case kind_of<completion_write>(): return completions.at(s.index);
+  }
+  return false;
+}
+
 } // namespace perdure::persistence

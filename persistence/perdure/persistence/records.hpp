@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -186,12 +187,41 @@ struct completion_write {
   std::int64_t at_ms = 0;
 };
 
+/// One write of the group-commit writer. A new kind of write is one more
+/// alternative here, one more list in `write_batch` (`add`, `single`,
+/// `batch_result::took_effect`), and its statement in each store.
+using write = std::variant<run_record, append_write, completion_write>;
+
+/// Returns the index of `T` among the alternatives of `write`.
+template <class T>
+constexpr std::size_t kind_of() {
+  return []<class... Ts>(std::variant<Ts...>*) {
+    std::size_t i = 0;
+    ((std::is_same_v<T, Ts> ? false : (++i, true)) && ...);
+    return i;
+  }(static_cast<write*>(nullptr));
+}
+
 /// Writes committed together in one transaction by `store::write_batch`:
 /// run creations, journal appends and run completions.
 struct write_batch {
   std::vector<run_record> creates;
   std::vector<append_write> appends;
   std::vector<completion_write> completions;
+
+  /// Where a write went: its kind (its index in `write`) and its place
+  /// among the batch's writes of that kind.
+  struct slot {
+    std::size_t kind = 0;
+    std::size_t index = 0;
+  };
+
+  /// Adds `w` to its list; returns where it went.
+  slot add(write w);
+
+  /// Returns the write in `s` alone, as a batch of one (a batch the
+  /// database refused is committed write by write).
+  write_batch single(slot s) const;
 
   bool empty() const noexcept {
     return creates.empty() && appends.empty() && completions.empty();
@@ -209,6 +239,9 @@ struct batch_result {
   std::vector<bool> appends;
   std::vector<bool> completions;
   std::vector<std::optional<journal_entry>> recorded;
+
+  /// Returns whether the write in `s` took effect.
+  bool took_effect(write_batch::slot s) const;
 };
 
 /// The outcome of an awakeable, delivered from outside the run.

@@ -1,0 +1,528 @@
+#include "perdure/detail/execution.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/persistence/text.hpp"
+
+namespace perdure::detail {
+
+bool outage(errc code) {
+  return code == errc::store_unavailable || code == errc::store_full;
+}
+
+namespace {
+
+/// A step thread's own checkpoint, whose ack it waits for on its stack
+/// (see `execution::run_steps`).
+struct direct_reply {
+  const execution_mailbox* box;
+  std::int32_t seq;
+  std::optional<run_message>* reply;
+};
+
+thread_local direct_reply* awaited_reply = nullptr;
+
+/// Hands `m` to the step thread waiting for it, if this is that thread;
+/// otherwise to the execution's host.
+void answer(const mailbox& me, std::int32_t seq, run_message m) {
+  if (auto* d = awaited_reply; d && d->box == me.get() && d->seq == seq) {
+    *d->reply = std::move(m);
+    return;
+  }
+  tell(me, std::move(m));
+}
+
+} // namespace
+
+void checkpoint(persistence::journal_writer& writer, const mailbox& me,
+                persistence::fence owner, persistence::journal_entry e,
+                bool on_step_thread) {
+  auto seq = e.seq;
+  auto result = e.outcome;
+  auto payload = e.payload; // the actor needs it after the commit
+  auto error = e.error;
+  writer.append({std::move(owner), std::move(e)},
+                [me, seq, result, payload = std::move(payload),
+                 error = std::move(error)](persistence::write_result r) {
+                  if (r.ack == persistence::write_ack::superseded) {
+                    // The index holds another outcome (recorded by an
+                    // attempt whose commit was in doubt): it stands, live
+                    // as on replay.
+                    auto& e = *r.recorded;
+                    answer(me, seq,
+                           checkpoint_committed{
+                             seq, e.outcome, persistence::write_ack::committed,
+                             std::move(e.payload), std::move(e.error)});
+                    return;
+                  }
+                  answer(me, seq,
+                         checkpoint_committed{seq, result, r.ack, payload,
+                                              error});
+                },
+                on_step_thread);
+}
+
+void execution::run_steps(step_job j) {
+  for (;;) {
+    // Right before the body: a process that lost the run to another one,
+    // or is stopping (stop() empties the active runs), runs none of its
+    // steps any more.
+    if (!j.rt->may_run_step(j.proto.run_id, j.fence.epoch)) {
+      send_signal(j.me, run_signal::drop, j.seq);
+      return;
+    }
+    auto out = j.body();
+    if (out.result == persistence::outcome::failed && !j.last_attempt) {
+      // Attempts left: the host schedules the retry.
+      send_outcome(j.me, j.seq, out.result, std::move(out.payload),
+                   std::move(out.error), false);
+      return;
+    }
+    auto e = std::move(j.proto);
+    e.outcome = out.result;
+    e.payload = std::move(out.payload);
+    e.error = persistence::valid_text(out.error);
+    e.created_at_ms = detail::now_ms();
+    // A step thread may block: it commits itself if a writer connection is
+    // idle, and then the ack comes back here, not to the host.
+    std::optional<run_message> reply;
+    direct_reply awaiting{j.me.get(), j.seq, &reply};
+    awaited_reply = &awaiting;
+    checkpoint(*j.rt->writer, j.me, std::move(j.fence), std::move(e), true);
+    awaited_reply = nullptr;
+    if (!reply)
+      return; // a writer thread committed it: the ack went to the host
+    std::optional<step_job> next;
+    if (!j.exec->drive(*reply, next)) {
+      tell(j.me, std::move(*reply));
+      return;
+    }
+    if (!next)
+      return;
+    j = std::move(*next);
+  }
+}
+
+bool execution::drive(run_message& m, std::optional<step_job>& next) {
+  std::lock_guard turn{turn_};
+  auto* c = std::get_if<checkpoint_committed>(&m);
+  if (left_ || quitting || !c || c->seq != body_seq
+      || c->ack != persistence::write_ack::committed)
+    return false;
+  body_seq = -1;
+  inline_next_ = &next;
+  try {
+    handle(m);
+  } catch (const std::exception& ex) {
+    rt->log().error("perdure: run {} failed in its execution: {}", run_id_,
+                    ex.what());
+    crash();
+  }
+  inline_next_ = nullptr;
+  if (left_) {
+    next.reset();
+    tell(mailbox_, leave_now{});
+  }
+  return true;
+}
+
+void execution::quit_host() {
+  if (inline_next_) { // a step thread holds the turn: the host's next one
+    left_ = true;
+    return;
+  }
+  host_->quit();
+}
+
+void execution::receive(run_message& m) {
+  std::lock_guard turn{turn_};
+  if (left_) {
+    if (std::holds_alternative<leave_now>(m))
+      host_->quit();
+    return;
+  }
+  auto replied = body_replied(m);
+  if (quitting) { // stopped while a body ran: wait for it, then go
+    if (replied)
+      host_->quit();
+    return;
+  }
+  try {
+    handle(m);
+  } catch (const std::exception& ex) {
+    // Caught here, not by the host: CAF would end the actor at once, and
+    // with it the frame a step body in flight may still use.
+    rt->log().error("perdure: run {} actor failed: {}", run_id_, ex.what());
+    crash();
+  }
+}
+
+bool execution::on_exit_request() {
+  std::lock_guard turn{turn_};
+  if (body_seq < 0)
+    return true;
+  quitting = true;
+  return false;
+}
+
+void execution::on_host_failure() {
+  std::lock_guard turn{turn_};
+  // Not left for the next process start: housekeeping revives it (a run
+  // that fails its actor every time ends at max_recovery_attempts).
+  rt->run_stopped(run_id_, std::nullopt, epoch);
+  rt->orphaned(run_id_, true);
+}
+
+void execution::init(execution_host& host, mailbox box, runtime_impl& r,
+                     persistence::run_record run,
+                     std::vector<persistence::journal_entry> journal) {
+  host_ = &host;
+  mailbox_ = std::move(box);
+  rt = &r;
+  run_id_ = std::move(run.id);
+  epoch = run.owner.epoch;
+  if (run.parent_id)
+    parent_id = std::make_unique<std::string>(std::move(*run.parent_id));
+  pending_start = std::make_unique<start_info>(
+    start_info{std::move(run.name), std::move(run.inputs)});
+  encoding_ = rt->cfg.payload_encoding;
+  max_payload_ = rt->cfg.max_payload_bytes;
+  for (auto& e : journal) {
+    if (e.outcome == persistence::outcome::unreadable && !fatal_)
+      fatal_ = std::make_unique<std::string>(e.error); // ends it ERROR
+    std::string{}.swap(e.run_id); // the run's id is run_id_; save the copy
+    record_outcome(std::move(e));
+  }
+  send_signal(mailbox_, run_signal::start, 0);
+}
+
+void execution::perform(operation next, std::coroutine_handle<> h) {
+  if (fatal_) {
+    // The code caught the non-determinism error and went on: stop here.
+    abandoned = true;
+    return;
+  }
+  op = std::make_unique<operation>(std::move(next));
+  waiting = h;
+  attempt = 0;
+  recording = false;
+  check_again = false;
+  switch (op->kind) {
+    case persistence::entry_kind::step:
+    case persistence::entry_kind::transaction:
+      dispatch();
+      return;
+    case persistence::entry_kind::awakeable:
+      // Nothing to run: the creation itself is what becomes durable.
+      record(entry_for(op->seq));
+      return;
+    case persistence::entry_kind::deadline: {
+      auto e = entry_for(op->seq);
+      e.payload = std::to_string(op->due_ms);
+      record(std::move(e));
+      return;
+    }
+    case persistence::entry_kind::child:
+      start_child();
+      return;
+    case persistence::entry_kind::event:
+    case persistence::entry_kind::send:
+    case persistence::entry_kind::resolve:
+      dispatch();
+      return;
+    case persistence::entry_kind::sleep:
+      if (auto* r = find_recorded(op->seq)) {
+        arm(persistence::recorded_time(*r)); // replay: sleep what remains
+      } else {
+        auto e = entry_for(op->seq);
+        e.payload = std::to_string(op->due_ms);
+        record(std::move(e));
+      }
+      return;
+    case persistence::entry_kind::await:
+      waiting_since = now_ms();
+      check_delivery();
+      return;
+  }
+}
+
+persistence::fence execution::owner() const {
+  return {rt->cfg.executor_id, epoch};
+}
+
+std::int64_t execution::now_ms() const {
+  return rt->clock->now_ms();
+}
+
+void execution::record(persistence::journal_entry e) {
+  e.created_at_ms = detail::now_ms();
+  checkpoint(*rt->writer, mailbox_, owner(),
+             std::move(e));
+}
+
+void execution::resume_recorded() {
+  op.reset();
+  auto h = std::exchange(waiting, {});
+  h.resume();
+  after_resume();
+}
+
+void execution::on_cancel() {
+  rt->log().info("perdure: run {} cancelled", run_id_);
+  stop(run_outcome{run_status::cancelled, std::nullopt,
+                   std::string{"cancelled"}});
+}
+
+void execution::on_outcome(std::int32_t seq, persistence::outcome kind,
+                std::string payload, std::string error, bool checkpointed) {
+  if (!op || op->seq != seq)
+    return;
+  if (kind == persistence::outcome::failed
+      && attempt < op->policy.max_attempts) {
+    rt->log().debug("perdure: run {} step '{}' attempt {} failed: {}", run_id_,
+                  op->name, attempt, error);
+    mailbox_->tell_later(retry_delay(), signalled{run_signal::retry, seq});
+    return;
+  }
+  auto e = entry_for(seq);
+  e.outcome = kind;
+  e.payload = std::move(payload);
+  e.error = persistence::valid_text(error);
+  e.created_at_ms = now_ms();
+  if (checkpointed)
+    resume_with(std::move(e));
+  else
+    checkpoint(*rt->writer, mailbox_, owner(),
+               std::move(e));
+}
+
+persistence::journal_entry execution::entry_for(std::int32_t seq) const {
+  persistence::journal_entry e;
+  e.run_id = run_id_;
+  e.seq = seq;
+  e.kind = op->kind;
+  e.name = op->name;
+  return e;
+}
+
+void execution::on_durable(std::int32_t seq, std::int32_t ack, std::int32_t result,
+                std::string payload, std::string error) {
+  if (!op || op->seq != seq || !write_committed(ack, "its checkpoint"))
+    return;
+  auto e = entry_for(seq);
+  e.outcome = static_cast<persistence::outcome>(result);
+  e.payload = std::move(payload);
+  e.error = std::move(error);
+  if (op->kind == persistence::entry_kind::sleep) {
+    // The wake-up time is durable (ours, or one recorded before): wait.
+    arm(e.outcome == persistence::outcome::value
+          ? persistence::recorded_time(e)
+          : op->due_ms);
+    return;
+  }
+  resume_with(std::move(e));
+}
+
+void execution::on_retry(std::int32_t seq) {
+  if (op && op->seq == seq) {
+    if (op->kind == persistence::entry_kind::child)
+      start_child();
+    else
+      dispatch();
+  }
+}
+
+bool execution::write_committed(std::int32_t ack, const char* what) {
+  switch (static_cast<persistence::write_ack>(ack)) {
+    case persistence::write_ack::committed:
+      return true;
+    case persistence::write_ack::rejected:
+      lost_ownership();
+      return false;
+    case persistence::write_ack::failed:
+      rt->log().error("perdure: run {} stops: {} could not be written; it "
+                    "is revived when the store answers again",
+                    run_id_, what);
+      restart();
+      return false;
+    case persistence::write_ack::superseded:
+      return true; // the sender substituted the recorded outcome
+  }
+  return false;
+}
+
+void execution::lost_ownership() {
+  rt->report_fenced(run_id_);
+  rt->fenced_from(run_id_, epoch);
+  stop(std::nullopt);
+}
+
+void execution::resume_with(persistence::journal_entry e) {
+  std::string{}.swap(e.run_id);
+  record_outcome(std::move(e));
+  op.reset();
+  auto h = std::exchange(waiting, {});
+  h.resume();
+  after_resume();
+}
+
+void execution::after_resume() {
+  if (abandoned || !driver || driver->done())
+    finish();
+}
+
+void execution::finish() {
+  persistence::completion_write c;
+  c.run_id = run_id_;
+  c.owner = owner();
+  c.at_ms = now_ms();
+  if (fatal_) {
+    c.status = run_status::error;
+    c.error = *fatal_;
+  } else {
+    try {
+      auto out = driver->take_result();
+      if (out.size() > max_payload_) {
+        c.status = run_status::error;
+        c.error = "output of " + std::to_string(out.size())
+                  + " bytes exceeds the limit of "
+                  + std::to_string(max_payload_);
+      } else {
+        c.status = run_status::success;
+        c.output = std::move(out);
+      }
+    } catch (const std::exception& ex) {
+      c.status = run_status::error;
+      c.error = persistence::valid_text(ex.what());
+    } catch (...) {
+      c.status = run_status::error;
+      c.error = "unknown exception";
+    }
+  }
+  driver.reset();
+  final_outcome = std::make_unique<run_outcome>(
+    run_outcome{c.status, c.output, c.error});
+  auto me = mailbox_;
+  rt->writer->complete(std::move(c), [me](persistence::write_result r) {
+    send_signal(me, run_signal::ended, static_cast<std::int32_t>(r.ack));
+  });
+}
+
+void execution::on_ended(std::int32_t ack) {
+  if (write_committed(ack, "its final status"))
+    stop(*final_outcome);
+}
+
+void execution::stop(std::optional<run_outcome> outcome) {
+  auto ended = outcome.has_value();
+  rt->run_stopped(run_id_, std::move(outcome), epoch);
+  if (ended && parent_id)
+    rt->wake(*parent_id, -1); // a parent may be waiting for this end
+  leave();
+}
+
+void execution::leave() {
+  if (body_seq >= 0) {
+    quitting = true;
+    return;
+  }
+  quit_host();
+}
+
+void execution::restart() {
+  stop(std::nullopt);
+  rt->orphaned(run_id_);
+}
+
+void execution::crash() {
+  rt->run_stopped(run_id_, std::nullopt, epoch);
+  rt->orphaned(run_id_, true);
+  leave();
+}
+
+bool execution::body_replied(const run_message& m) {
+  auto seq = std::visit(
+    [](const auto& x) -> std::int32_t {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, attempt_ended>
+                    || std::is_same_v<T, checkpoint_committed>)
+        return x.seq;
+      if constexpr (std::is_same_v<T, signalled>)
+        if (x.kind == run_signal::fenced || x.kind == run_signal::drop
+            || x.kind == run_signal::restart)
+          return x.seq;
+      return -1;
+    },
+    m);
+  if (body_seq < 0 || seq != body_seq)
+    return false;
+  body_seq = -1;
+  return true;
+}
+
+void execution::start_code() {
+  auto start = std::move(pending_start);
+  if (fatal_) { // a journal row that cannot be read: this run alone fails
+    rt->log().error("perdure: run {} cannot be replayed: {}", run_id_, *fatal_);
+    abandoned = true;
+    finish();
+    return;
+  }
+  auto i = rt->workflows.find(start->name);
+  if (i == rt->workflows.end()) {
+    fatal_ = std::make_unique<std::string>("unknown workflow '" + start->name
+                                           + "'");
+    abandoned = true;
+    finish();
+    return;
+  }
+  ctx.emplace(*this);
+  driver = i->second.start(*ctx, std::move(start->inputs), encoding_);
+  driver->start();
+  after_resume();
+}
+
+void execution::handle(run_message& message) {
+  struct visitor {
+    execution& st;
+    void operator()(signalled& m) {
+      switch (m.kind) {
+        case run_signal::start: st.start_code(); break;
+        case run_signal::retry: st.on_retry(m.seq); break;
+        case run_signal::fenced: st.lost_ownership(); break;
+        case run_signal::wake: st.on_wake(m.seq); break;
+        case run_signal::cancel: st.on_cancel(); break;
+        case run_signal::ended: st.on_ended(m.seq); break;
+        case run_signal::restart: st.restart(); break;
+        case run_signal::drop: st.stop(std::nullopt); break;
+      }
+    }
+    void operator()(attempt_ended& m) {
+      st.on_outcome(m.seq, m.result, std::move(m.payload),
+                    std::move(m.error), m.checkpointed);
+    }
+    void operator()(checkpoint_committed& m) {
+      st.on_durable(m.seq, static_cast<std::int32_t>(m.ack),
+                    static_cast<std::int32_t>(m.result), std::move(m.payload),
+                    std::move(m.error));
+    }
+    void operator()(wait_checked& m) {
+      st.on_found(m.seq, m.index.has_value(), m.index.value_or(-1), m.cursor,
+                  static_cast<std::int32_t>(m.result), std::move(m.payload),
+                  std::move(m.error));
+    }
+    void operator()(passivation_written& m) {
+      st.on_passive(m.seq, m.ok, m.wake_at, m.wakes_seen);
+    }
+    void operator()(awake_recorded&) {
+      st.on_awake();
+    }
+    void operator()(leave_now&) {
+    }
+  };
+  std::visit(visitor{*this}, message);
+}
+
+} // namespace perdure::detail

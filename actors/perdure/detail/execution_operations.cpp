@@ -1,0 +1,197 @@
+#include "perdure/detail/execution.hpp"
+
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/persistence/text.hpp"
+
+namespace perdure::detail {
+
+void execution::dispatch() {
+  ++attempt;
+  auto me = mailbox_;
+  auto seq = op->seq;
+  if (op->kind == persistence::entry_kind::step
+      || op->kind == persistence::entry_kind::transaction)
+    body_seq = seq;
+  if (op->kind == persistence::entry_kind::step) {
+    // The step thread hands a final outcome straight to the journal
+    // writer; the ack comes back to the host, or, if the step thread
+    // committed it itself, the step thread goes on (see `run_steps`).
+    auto last_attempt = attempt >= op->policy.max_attempts;
+    step_job job{me,      this,           seq, last_attempt,
+                 op->body, owner(), entry_for(seq), rt};
+    if (inline_next_ && !rt->steps->has_queued_jobs()) {
+      // On the step thread that ran the last one, which goes on with it,
+      // unless other runs' steps wait for a thread (they go first: FIFO).
+      *inline_next_ = std::move(job);
+      return;
+    }
+    rt->steps->post([job = std::move(job)]() mutable {
+      run_steps(std::move(job));
+    });
+    return;
+  }
+  if (op->delivery) {
+    deliver();
+    return;
+  }
+  auto checkpoint = entry_for(seq);
+  checkpoint.created_at_ms = now_ms();
+  auto is_event = op->kind == persistence::entry_kind::event;
+  if (is_event)
+    checkpoint.payload = op->payload;
+  // A transaction runs user SQL (step executor); an event is the
+  // runtime's own row (control executor).
+  auto& executor = is_event ? *rt->control : *rt->steps;
+  executor.post([me, seq, checkpoint, fence = owner(), body = op->tx_body,
+                 is_event, rt = rt] {
+    auto send_failure = [&](persistence::outcome o, const char* what) {
+      send_outcome(me, seq, o, {}, what, false);
+    };
+    if (!rt->owns(checkpoint.run_id, fence.epoch)) {
+      send_signal(me, run_signal::drop, seq);
+      return;
+    }
+    auto body_ran = false;
+    try {
+      auto& pool = is_event ? *rt->stores : *rt->tx_stores;
+      auto recorded = pool.with([&](persistence::store& db) {
+        if (is_event) // Perdure's own row, with its checkpoint
+          return db.record_event(fence, checkpoint, checkpoint.name,
+                                 checkpoint.payload);
+        return db.run_transaction(fence, checkpoint, [&](sql_session& s) {
+          body_ran = true;
+          return body(s);
+        });
+      });
+      if (!recorded) {
+        send_signal(me, run_signal::fenced, seq);
+        return;
+      }
+      // As recorded: an outcome an earlier attempt committed stands.
+      auto& e = *recorded;
+      if (is_event && e.outcome == persistence::outcome::value)
+        e.payload.clear(); // the event's value is no result
+      send_outcome(me, seq, e.outcome, std::move(e.payload),
+                   std::move(e.error), true);
+    } catch (const perdure::error& ex) {
+      // A store that could not be reached before the user's SQL ran
+      // restarts the run (no attempt spent). Once the body ran, an
+      // outage-like failure spends an attempt: the user's SQL can fail
+      // in ways that look like one (a deadlock every time, an
+      // idle-session timeout), and its retry policy must bound them.
+      if (outage(ex.code()) && !body_ran)
+        send_signal(me, run_signal::restart, seq);
+      else
+        send_failure(persistence::outcome::failed, ex.what());
+    } catch (const terminal_error& ex) {
+      send_failure(persistence::outcome::terminal, ex.what());
+    } catch (const std::exception& ex) {
+      send_failure(persistence::outcome::failed, ex.what());
+    } catch (...) {
+      send_failure(persistence::outcome::failed, "unknown exception");
+    }
+  });
+}
+
+void execution::deliver() {
+  auto me = mailbox_;
+  auto seq = op->seq;
+  auto checkpoint = entry_for(seq);
+  checkpoint.created_at_ms = detail::now_ms();
+  rt->control->post([me, seq, checkpoint = std::move(checkpoint),
+                     fence = owner(), d = op->delivery, rt = rt] {
+    try {
+      auto recorded = rt->stores->with([&](persistence::store& db) {
+        return db.deliver(fence, checkpoint, *d);
+      });
+      if (!recorded) {
+        send_signal(me, run_signal::fenced, seq);
+        return;
+      }
+      if (recorded->outcome == persistence::outcome::value) {
+        rt->wake(d->run_id(), -1);
+        rt->announce('w', d->run_id());
+      }
+      send_outcome(me, seq, recorded->outcome, {}, recorded->error, true);
+    } catch (const perdure::error& ex) {
+      if (outage(ex.code()))
+        send_signal(me, run_signal::restart, seq);
+      else
+        send_outcome(me, seq, persistence::outcome::failed, {}, ex.what(),
+                     false);
+    } catch (const std::exception& ex) {
+      send_outcome(me, seq, persistence::outcome::failed, {}, ex.what(),
+                   false);
+    }
+  });
+}
+
+void execution::start_child() {
+  ++attempt;
+  persistence::run_record child;
+  child.id = op->name;
+  child.name = op->child_workflow;
+  child.inputs = op->payload;
+  child.owner = {rt->cfg.executor_id, 1};
+  child.app_version = rt->cfg.app_version;
+  child.created_at_ms = detail::now_ms();
+  child.parent_id = run_id_;
+  auto me = mailbox_;
+  rt->control->post([me, seq = op->seq, child = std::move(child), rt = rt,
+                     fence = owner()] {
+    auto report = [&](persistence::outcome o, std::string error) {
+      send_outcome(me, seq, o, {}, std::move(error), false);
+    };
+    if (rt->workflows.count(child.name) == 0)
+      return report(persistence::outcome::terminal,
+                    "no workflow registered as '" + child.name + "'");
+    if (!persistence::is_valid_name(child.id))
+      return report(persistence::outcome::terminal,
+                    "child ids must be 1 to 255 bytes of UTF-8 without NUL");
+    try {
+      auto result = rt->stores->with(
+        [&](persistence::store& db) { return db.create_child(fence, child); });
+      if (!result) {
+        send_signal(me, run_signal::fenced, seq);
+        return;
+      }
+      if (result->created) {
+        rt->spawn_run(std::move(result->run), {});
+      } else if (result->run.name != child.name
+                 || result->run.inputs != child.inputs
+                 || result->run.parent_id != child.parent_id) {
+        return report(persistence::outcome::terminal,
+                      "child id '" + child.id
+                        + "' already names another run");
+      } else {
+        rt->revive(child.id); // ours from before a crash: make sure it runs
+      }
+      report(persistence::outcome::value, {});
+    } catch (const perdure::error& ex) {
+      if (outage(ex.code()))
+        send_signal(me, run_signal::restart, seq);
+      else
+        report(persistence::outcome::failed, ex.what());
+    } catch (const std::exception& ex) {
+      report(persistence::outcome::failed, ex.what());
+    }
+  });
+}
+
+std::chrono::milliseconds execution::retry_delay() const {
+  auto& p = op->policy;
+  double ms = static_cast<double>(p.initial_delay.count());
+  for (int i = 1; i < attempt; ++i)
+    ms *= p.backoff;
+  ms = std::min(ms, static_cast<double>(p.max_delay.count()));
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  std::uniform_real_distribution<double> jitter{ms / 2, ms};
+  return std::chrono::milliseconds{static_cast<long>(jitter(rng))};
+}
+
+} // namespace perdure::detail

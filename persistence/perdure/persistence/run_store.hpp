@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "perdure/persistence/records.hpp"
+#include "perdure/run_listing.hpp"
+
+namespace perdure::persistence {
+
+/// The runs table: creating, reading, claiming, cancelling and listing
+/// runs. One role of `store`.
+class run_store {
+public:
+  virtual ~run_store() = default;
+
+  /// Inserts `run` unless a run with its id exists; returns what is stored.
+  virtual create_result create_run(const run_record& run) = 0;
+
+  /// Creates `child`, a run started by run `child.parent_id` (owned by
+  /// `parent`), in one transaction with the parent's fence check: a process
+  /// that lost the parent creates nothing. Returns nothing if fenced, else
+  /// what `create_run` returns.
+  virtual std::optional<create_result> create_child(const fence& parent,
+                                                    const run_record& child)
+    = 0;
+
+  /// Returns the run with id `id`, if any.
+  virtual std::optional<run_record> get_run(std::string_view id) = 0;
+
+  /// Takes over PENDING run `id` of `executor` as `claim_pending_runs` does
+  /// for all of them (epoch + 1, so any other copy is fenced; the recovery
+  /// counter + 1 if `count_attempt`), to bring it into memory: its wake-up
+  /// time is cleared. Returns the run as it now is, or nothing if it is not
+  /// a PENDING run of `executor` that `filter` lets it run.
+  virtual std::optional<run_record> claim_run(std::string_view id,
+                                              std::string_view executor,
+                                              const claim_filter& filter,
+                                              bool count_attempt)
+    = 0;
+
+  /// Takes over every PENDING run owned by `executor` that `filter` lets it
+  /// run: bumps each run's epoch (fencing out any zombie) and returns the
+  /// runs as they now are. The recovery counter goes up only for the runs
+  /// that will run now (no wake-up time, or one not after `now_ms`): a run
+  /// passivated across restarts is not being recovered again and again.
+  virtual std::vector<run_record>
+  claim_pending_runs(std::string_view executor, const claim_filter& filter,
+                     std::int64_t now_ms)
+    = 0;
+
+  /// Records that run `run_id`, owned by `owner`, is out of memory until
+  /// `wake_at_ms` (or clears it with nullopt). Returns false if fenced.
+  virtual bool set_wake_at(const fence& owner, std::string_view run_id,
+                           std::optional<std::int64_t> wake_at_ms)
+    = 0;
+
+  /// Ends a PENDING run as CANCELLED (no fence: cancellation comes from
+  /// anywhere), and its PENDING descendants; marks the run's parent
+  /// `delivered_while_passivated` if it is passivated. Returns the ids
+  /// cancelled, empty if `run_id` was not PENDING.
+  virtual std::vector<std::string> cancel_run(std::string_view run_id,
+                                              std::int64_t at_ms)
+    = 0;
+
+  /// Returns one page of runs matching `filter`, newest first.
+  virtual run_page list_runs(const run_filter& filter) = 0;
+};
+
+} // namespace perdure::persistence
