@@ -503,6 +503,11 @@ void runtime_impl::shut_down() {
   housekeeper_.reset();
   if (system)
     system->await_all_actors_done();
+  // A takeover or revival under way on the control thread still arms
+  // timers and reads the stores: it ends before they go (it spawns no actor,
+  // running_ is false). Posts after this do nothing.
+  if (control)
+    control->stop();
   timers.reset();
   steps.reset();
   control.reset();

@@ -251,3 +251,45 @@ TEST_F(processes_test, a_failing_transactional_step_keeps_its_pooled_connection)
 }
 
 } // namespace
+
+// CI found this one: a runtime stopped while it takes over another's
+// sleeping runs. Its control thread went on arming their timers after
+// stop() had let the timers go (a SEGFAULT); stop() now ends that thread
+// first. Every run stays PENDING for whoever is left.
+TEST_F(processes_test, a_runtime_stopped_during_a_takeover_crashes_nothing) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "SQLite serves one runtime per file";
+  auto make = [&](const std::string& id) {
+    auto rt = std::make_unique<runtime>(db_.runtime_config(id));
+    rt->register_workflow("nap", [](workflow_context& ctx) -> task<int> {
+      co_await ctx.sleep(1h);
+      co_return 1;
+    });
+    rt->start();
+    return rt;
+  };
+  constexpr int runs = 1500;
+  constexpr int rounds = 5;
+  test::sql_client sql{db_};
+  for (int round = 0; round < rounds; ++round) {
+    auto b = make("b" + std::to_string(round));
+    for (int n = 0; n < runs; ++n)
+      (void)b->start_workflow<int>(
+        "nap", {.id = "r" + std::to_string(round) + "-" + std::to_string(n)});
+    ASSERT_TRUE(test::eventually([&] {
+      return sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                        + " WHERE wake_at IS NOT NULL")
+             == std::to_string(runs * (round + 1));
+    }, 60s));
+    auto a = make("a" + std::to_string(round));
+    // b's stop tells a to take its runs over; a stops while that query
+    // (long, with this many runs) is under way, as in the blip test's
+    // teardown where CI caught it.
+    b.reset();
+    std::this_thread::sleep_for(std::chrono::milliseconds{5 * round});
+    a.reset();
+  }
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                       + " WHERE status = 'PENDING'"),
+            std::to_string(rounds * runs));
+}

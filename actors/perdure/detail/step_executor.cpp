@@ -19,7 +19,9 @@ step_executor::step_executor(std::size_t threads, const void* owner)
     threads_.emplace_back([this] { work(); });
 }
 
-step_executor::~step_executor() {
+step_executor::~step_executor() { stop(); }
+
+void step_executor::stop() {
   {
     std::lock_guard guard{mtx_};
     stopping_ = true;
@@ -27,7 +29,8 @@ step_executor::~step_executor() {
   }
   cv_.notify_all();
   for (auto& t : threads_)
-    t.join();
+    if (t.joinable())
+      t.join();
 }
 
 void step_executor::post(std::function<void()> job) {

@@ -16,11 +16,15 @@ public:
   /// Starts `threads` threads, which belong to `owner` (see `runs_on`).
   step_executor(std::size_t threads, const void* owner);
 
-  /// Finishes the jobs already running, drops queued ones, joins.
+  /// Same as `stop()`.
   ~step_executor();
 
   step_executor(const step_executor&) = delete;
   step_executor& operator=(const step_executor&) = delete;
+
+  /// Finishes the jobs already running, drops queued ones, joins. Later
+  /// `post`s do nothing; the executor stays valid to call.
+  void stop();
 
   /// Queues `job`; it runs on one of the executor's threads.
   void post(std::function<void()> job);
