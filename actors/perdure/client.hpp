@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "perdure/config.hpp"
 #include "perdure/persistence/codec.hpp"
@@ -21,6 +22,14 @@ struct start_options {
   /// Cancel the run (and its children) if it has not ended this long after
   /// its start; zero: no deadline. Survives restarts.
   std::chrono::milliseconds timeout{0};
+};
+
+/// Options for calling a virtual object's handler.
+struct call_options {
+  /// Makes the call idempotent: per object, one invocation per key, ever;
+  /// calling again with it returns the first one's result (also after a
+  /// crash of the caller). Empty: every call is a new invocation.
+  std::string idempotency_key;
 };
 
 /// Starts, signals, watches and lists workflow runs without running any:
@@ -78,6 +87,65 @@ public:
   /// status, executor, times, error). Throws `invalid_argument` for a bad
   /// limit or cursor.
   run_page list_runs(const run_filter& filter = {});
+
+  // -- virtual objects --------------------------------------------------------
+
+  /// Stores a call of handler `handler` of object `key` of type `type` with
+  /// `input` in the key's inbox and returns once it is durable (before it
+  /// runs): the handle's `get()` waits for its result. Invocations of one
+  /// key run in the order they were stored; exclusive ones one at a time,
+  /// across every process. Throws `perdure::error`: `unknown_workflow` (a
+  /// runtime that did not register the type or handler),
+  /// `invalid_argument`, `payload_too_large`, `conflicting_id` (the
+  /// idempotency key was used for another call), `not_running`.
+  template <class R, class A>
+  workflow_handle<R> send(std::string_view type, std::string_view key,
+                          std::string_view handler, const A& input,
+                          call_options opts = {}) {
+    return {impl_, invoke(type, key, handler,
+                          persistence::encode(input, cfg().payload_encoding),
+                          std::move(opts))};
+  }
+
+  /// `send` for a handler without input.
+  template <class R>
+  workflow_handle<R> send(std::string_view type, std::string_view key,
+                          std::string_view handler, call_options opts = {}) {
+    return {impl_, invoke(type, key, handler, std::string{}, std::move(opts))};
+  }
+
+  /// Calls handler `handler` of object `key` with `input` and waits for its
+  /// result (see `send`). Throws what `send` and `workflow_handle::get`
+  /// throw (a handler that failed: `workflow_failed`).
+  template <class R, class A>
+  R call(std::string_view type, std::string_view key, std::string_view handler,
+         const A& input, call_options opts = {}) {
+    return send<R>(type, key, handler, input, std::move(opts)).get();
+  }
+
+  /// `call` for a handler without input.
+  template <class R>
+  R call(std::string_view type, std::string_view key,
+         std::string_view handler) {
+    return send<R>(type, key, handler).get();
+  }
+
+  /// Returns the state of object `key` of type `type` as last committed,
+  /// or nothing if it has none yet.
+  template <class State>
+  std::optional<State> object_state(std::string_view type,
+                                    std::string_view key) {
+    auto bytes = state_bytes(type, key);
+    if (!bytes)
+      return std::nullopt;
+    return persistence::decode<State>(*bytes);
+  }
+
+  /// Returns up to `limit` keys of type `type` that have a row (called at
+  /// least once), in key order, after `after`.
+  std::vector<std::string> list_objects(std::string_view type,
+                                        std::string_view after = {},
+                                        std::int64_t limit = 100);
 
   // -- awakeables -------------------------------------------------------------
 
@@ -161,6 +229,11 @@ private:
                                          std::chrono::milliseconds timeout);
   std::string start_run(std::string_view name, std::string inputs,
                         start_options opts);
+  std::string invoke(std::string_view type, std::string_view key,
+                     std::string_view handler, std::string inputs,
+                     call_options opts);
+  std::optional<std::string> state_bytes(std::string_view type,
+                                         std::string_view key);
 };
 
 } // namespace perdure

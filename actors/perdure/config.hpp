@@ -61,6 +61,10 @@ struct config {
   /// (actor stopped, coroutine frame destroyed) and brought back by its
   /// timer or by a delivery, through replay.
   std::chrono::milliseconds passivate_after{10'000};
+  /// A virtual object's actor idle (no invocation running or queued) this
+  /// long leaves memory; its next call brings it back from its row. The key
+  /// stays this process's until it stops.
+  std::chrono::milliseconds object_idle_timeout{10'000};
   /// How long a runtime may miss heartbeats (stalled, cut off from the
   /// database) before others take its runs over; a holder that died is
   /// seen at once on PostgreSQL (its session lock goes with it) and its

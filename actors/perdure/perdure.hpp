@@ -8,6 +8,7 @@
 #include "perdure/clock.hpp"
 #include "perdure/config.hpp"
 #include "perdure/error.hpp"
+#include "perdure/object_context.hpp"
 #include "perdure/retry_policy.hpp"
 #include "perdure/run_status.hpp"
 #include "perdure/run_listing.hpp"

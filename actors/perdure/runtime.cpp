@@ -27,7 +27,10 @@ namespace {
 /// Longest workflow name or id accepted.
 constexpr std::size_t max_name_length = 255;
 
-void check_name(std::string_view what, std::string_view name) {
+} // namespace
+
+
+void detail::check_name(std::string_view what, std::string_view name) {
   if (!persistence::is_valid_name(name, max_name_length))
     throw error(errc::invalid_argument,
                 std::string{what} + " must be 1 to "
@@ -36,23 +39,8 @@ void check_name(std::string_view what, std::string_view name) {
                   + std::to_string(name.size()) + " bytes)");
 }
 
-/// Returns a fresh run id: 12 hex digits of milliseconds since the epoch,
-/// then 20 random ones. Time-ordered ids land next to each other in the
-/// journal's primary key, which keeps index inserts cheap.
-std::string random_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string id(32, '0');
-  auto time = static_cast<std::uint64_t>(detail::now_ms());
-  auto a = rng(), b = rng();
-  for (int i = 0; i < 12; ++i)
-    id[i] = digits[(time >> ((11 - i) * 4)) & 0xf];
-  for (int i = 0; i < 16; ++i)
-    id[12 + i] = digits[(a >> (i * 4)) & 0xf];
-  for (int i = 0; i < 4; ++i)
-    id[28 + i] = digits[(b >> (i * 4)) & 0xf];
-  return id;
-}
+namespace {
+
 
 /// Returns now + `timeout` on the steady clock, saturated (a timeout of
 /// `milliseconds::max()` means never).
@@ -74,6 +62,24 @@ std::chrono::milliseconds heartbeat_interval(const config& cfg) {
 }
 
 } // namespace
+
+/// Returns a fresh run id: 12 hex digits of milliseconds since the epoch,
+/// then 20 random ones. Time-ordered ids land next to each other in the
+/// journal's primary key, which keeps index inserts cheap.
+std::string detail::random_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string id(32, '0');
+  auto time = static_cast<std::uint64_t>(detail::now_ms());
+  auto a = rng(), b = rng();
+  for (int i = 0; i < 12; ++i)
+    id[i] = digits[(time >> ((11 - i) * 4)) & 0xf];
+  for (int i = 0; i < 16; ++i)
+    id[12 + i] = digits[(a >> (i * 4)) & 0xf];
+  for (int i = 0; i < 4; ++i)
+    id[28 + i] = digits[(b >> (i * 4)) & 0xf];
+  return id;
+}
 
 // -- runtime_impl ---------------------------------------------------------------
 
@@ -257,11 +263,13 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     } else
       wake(t.run_id, t.seq);
   });
+  objects = std::make_unique<object_directory>(*this);
   {
     std::lock_guard guard{active_mtx_};
     running_ = true;
   }
   recover();
+  objects->recover();
   listener = persistence::listen_for_deliveries(
     opts, [this](const std::string& notice) { on_notice(notice); });
   housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},
@@ -279,7 +287,7 @@ void runtime_impl::on_notice(const std::string& notice) {
     auto i = active_.find(id);
     if (i != active_.end()) {
       ++i->second.wakes;
-      signal_run(i->second.actor, run_signal::wake, -1);
+      signal_run(i->second.actor, i->second.exec, run_signal::wake, -1);
     } else {
       control->post([this, id = std::move(id)] { revive(id); });
     }
@@ -291,6 +299,17 @@ void runtime_impl::on_notice(const std::string& notice) {
   } else if (notice.size() > 2 && notice[0] == 'n') {
     // n:<id>: a client started run <id>; whoever can run it adopts it.
     take_over_locked(notice.substr(2));
+  } else if (notice.size() > 2 && notice[0] == 'o') {
+    // o:<type>\x1f<key>: invocations were stored for that key.
+    auto sep = notice.find('\x1f', 2);
+    if (sep == std::string::npos)
+      return;
+    auto type = notice.substr(2, sep - 2);
+    if (object_types.count(type) == 0)
+      return;
+    control->post([this, type = std::move(type), key = notice.substr(sep + 1)] {
+      objects->reach(type, key, false);
+    });
   }
 }
 
@@ -373,6 +392,13 @@ void runtime_impl::take_over_locked(std::optional<std::string> only) {
   control->post([this] {
     for (;;) {
       take_over_now(std::nullopt);
+      try {
+        objects->recover(); // keys of the gone, and keys nobody claimed
+      } catch (const std::exception& ex) {
+        log().warn("perdure: claiming objects failed ({}); trying again "
+                   "later",
+                   ex.what());
+      }
       std::lock_guard guard{active_mtx_};
       if (!std::exchange(take_over_again_, false) || !running_) {
         taking_over_ = false;
@@ -430,7 +456,7 @@ void runtime_impl::lose_lease() {
   std::lock_guard guard{active_mtx_};
   lease_lost_ = true;
   for (auto& [id, a] : active_)
-    signal_run(a.actor, run_signal::drop, -1);
+    signal_run(a.actor, a.exec, run_signal::drop, -1);
   active_.clear();
   orphans_.clear();
 }
@@ -493,6 +519,9 @@ void runtime_impl::shut_down() {
       actors.push_back(a.actor);
     active_.clear();
   }
+  if (objects)
+    for (auto& a : objects->actors())
+      actors.push_back(a);
   for (auto& a : actors)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   actors.clear();
@@ -512,6 +541,7 @@ void runtime_impl::shut_down() {
   steps.reset();
   control.reset();
   writer.reset();
+  objects.reset();
   // Every write is in: others may take the rest over. The heartbeat ran
   // until now (actors finishing may take longer than a lease).
   if (lease_)
@@ -589,13 +619,29 @@ void runtime_impl::cancelled(const std::string& id) {
     auto i = active_.find(id);
     if (i != active_.end()) {
       // The actor stops and reports the end itself.
-      signal_run(i->second.actor, run_signal::cancel, 0);
+      signal_run(i->second.actor, i->second.exec, run_signal::cancel, 0);
       return;
     }
   }
   // Passivated (or owned elsewhere): nothing to stop; tell the waiters.
   run_stopped(id, run_outcome{run_status::cancelled, std::nullopt,
                               std::string{"cancelled"}});
+}
+
+std::optional<caf::actor> runtime_impl::spawn_object(object_activation a) {
+  std::lock_guard guard{active_mtx_};
+  if (!running_ || lease_lost_)
+    return std::nullopt;
+  auto actor = spawn_object_actor(*system, *this, std::move(a));
+  forget_caf_logger();
+  return actor;
+}
+
+void runtime_impl::invocation_started(const std::string& id, caf::actor actor,
+                                      std::uint32_t exec, std::int64_t epoch) {
+  std::lock_guard guard{active_mtx_};
+  if (running_)
+    active_[id] = active_run{std::move(actor), 0, epoch, exec};
 }
 
 bool runtime_impl::is_active(const std::string& id) const {
@@ -610,7 +656,7 @@ void runtime_impl::wake(const std::string& id, std::int32_t seq) {
   auto i = active_.find(id);
   if (i != active_.end()) {
     ++i->second.wakes;
-    signal_run(i->second.actor, run_signal::wake, seq);
+    signal_run(i->second.actor, i->second.exec, run_signal::wake, seq);
     return;
   }
   // Under the lock: stop() clears running_ under it before it lets the
@@ -715,7 +761,7 @@ void runtime_impl::spawn_run(persistence::run_record run,
     // newer claim): the copy at the newer epoch runs, the other one goes.
     if (i->second.epoch >= run.owner.epoch)
       return;
-    signal_run(i->second.actor, run_signal::drop, -1);
+    signal_run(i->second.actor, i->second.exec, run_signal::drop, -1);
     active_.erase(i);
   }
   if (run.deadline_ms)
@@ -779,6 +825,8 @@ void runtime_impl::flush_log_summaries() {
 
 void runtime_impl::housekeeping() {
   flush_log_summaries();
+  // Before active_mtx_: the directory takes its own lock, then that one.
+  auto objects_due = objects->revival_due();
   std::lock_guard guard{active_mtx_};
   if (!running_)
     return;
@@ -788,6 +836,8 @@ void runtime_impl::housekeeping() {
       control->post([this, id] { deadline_passed(id); });
     deadline_retries_.clear();
   }
+  if (objects_due)
+    control->post([this] { objects->revive_due(); });
   if (orphans_.empty() || orphans_busy_ || now < orphans_due_)
     return;
   orphans_busy_ = true;
@@ -1039,7 +1089,7 @@ runtime::~runtime() {
 }
 
 void runtime::add_workflow(std::string name, detail::workflow_entry entry) {
-  check_name("workflow name", name);
+  detail::check_name("workflow name", name);
   if (impl_->running())
     throw error(errc::invalid_argument,
                 "register workflow '" + name + "' before start()");
@@ -1101,15 +1151,15 @@ std::string client::start_run(std::string_view name, std::string inputs,
                                start_options opts) {
   if (!impl_->running())
     throw error(errc::not_running, "start() the runtime before starting work");
-  check_name("workflow name", name);
+  detail::check_name("workflow name", name);
   if (!impl_->client_mode && impl_->workflows.count(std::string{name}) == 0)
     throw error(errc::unknown_workflow,
                 "no workflow registered as '" + std::string{name} + "'");
   if (!impl_->client_mode)
     impl_->check_lease();
   if (opts.id.empty())
-    opts.id = random_id();
-  check_name("workflow id", opts.id);
+    opts.id = detail::random_id();
+  detail::check_name("workflow id", opts.id);
   if (inputs.size() > impl_->cfg.max_payload_bytes)
     throw error(errc::payload_too_large,
                 "inputs of " + std::to_string(inputs.size())
@@ -1239,8 +1289,8 @@ void client::complete_promise(const std::string& workflow_id,
                                std::string bytes) {
   detail::runtime_impl::client_call call{*impl_};
   check_payload(impl_->cfg, bytes, "promise value");
-  check_name("workflow id", workflow_id);
-  check_name("promise name", name);
+  detail::check_name("workflow id", workflow_id);
+  detail::check_name("promise name", name);
   persistence::resolution r;
   r.id = detail::promise_id(workflow_id, name);
   r.run_id = workflow_id;
@@ -1254,8 +1304,8 @@ void client::send_bytes(const std::string& workflow_id,
                          const std::string& topic, std::string bytes) {
   detail::runtime_impl::client_call call{*impl_};
   check_payload(impl_->cfg, bytes, "message");
-  check_name("workflow id", workflow_id);
-  check_name("topic", topic);
+  detail::check_name("workflow id", workflow_id);
+  detail::check_name("topic", topic);
   auto sent = impl_->stores->with([&](persistence::store& db) {
     return db.send_message(workflow_id, topic, bytes, impl_->clock->now_ms());
   });
@@ -1269,8 +1319,8 @@ void client::send_bytes(const std::string& workflow_id,
 std::optional<std::string>
 client::event_bytes(const std::string& workflow_id, const std::string& key,
                      std::chrono::milliseconds timeout) {
-  check_name("workflow id", workflow_id);
-  check_name("event key", key);
+  detail::check_name("workflow id", workflow_id);
+  detail::check_name("event key", key);
   auto until = saturating_deadline(timeout);
   auto pause = std::chrono::milliseconds{5};
   for (;;) {

@@ -6,6 +6,7 @@
 #include "perdure/client.hpp"
 #include "perdure/config.hpp"
 #include "perdure/detail/workflow_entry.hpp"
+#include "perdure/object_builder.hpp"
 
 namespace perdure {
 
@@ -36,6 +37,16 @@ public:
     add_workflow(std::move(name), detail::make_workflow_entry(std::move(fn)));
   }
 
+  /// Registers virtual object type `type`, whose keys each hold a `State`
+  /// (default-constructible, serializable with cereal); add its handlers to
+  /// the builder returned (valid until `start()`). A process claims keys only
+  /// of types it registered.
+  template <class State>
+  object_builder<State> register_object(std::string type) {
+    return object_builder<State>{add_object(
+      std::move(type), [] { return std::make_unique<detail::typed_state_box<State>>(); })};
+  }
+
   // -- life cycle -------------------------------------------------------------
 
   /// Migrates the schema, takes the executor id's lease (throws
@@ -58,6 +69,9 @@ public:
 
 private:
   void add_workflow(std::string name, detail::workflow_entry entry);
+  detail::object_entry&
+  add_object(std::string type,
+             std::function<std::unique_ptr<detail::state_box>()> make_state);
 };
 
 } // namespace perdure

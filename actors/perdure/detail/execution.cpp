@@ -405,14 +405,24 @@ void execution::finish() {
   final_outcome = std::make_unique<run_outcome>(
     run_outcome{c.status, c.output, c.error});
   auto me = mailbox_;
-  rt->writer->complete(std::move(c), [me](persistence::write_result r) {
-    send_signal(me, run_signal::ended, static_cast<std::int32_t>(r.ack));
-  });
+  rt->writer->submit(host_->final_write(std::move(c)),
+                     [me](persistence::write_result r) {
+                       send_signal(me, run_signal::ended,
+                                   static_cast<std::int32_t>(r.ack));
+                     });
 }
 
 void execution::on_ended(std::int32_t ack) {
-  if (write_committed(ack, "its final status"))
+  if (write_committed(ack, "its final status")) {
+    ended_ = true;
     stop(*final_outcome);
+  }
+}
+
+std::int64_t execution::passivate_after_ms() const {
+  // Staying: a year is "never" here, and no sum with it overflows.
+  constexpr std::int64_t never = 365LL * 24 * 3600 * 1000;
+  return host_->may_passivate() ? rt->cfg.passivate_after.count() : never;
 }
 
 void execution::stop(std::optional<run_outcome> outcome) {
@@ -470,6 +480,11 @@ void execution::start_code() {
     finish();
     return;
   }
+  if (auto code = host_->start_code(*this, start->name, start->inputs,
+                                    encoding_)) {
+    start_handler(std::move(code));
+    return;
+  }
   auto i = rt->workflows.find(start->name);
   if (i == rt->workflows.end()) {
     fatal_ = std::make_unique<std::string>("unknown workflow '" + start->name
@@ -480,6 +495,12 @@ void execution::start_code() {
   }
   ctx.emplace(*this);
   driver = i->second.start(*ctx, std::move(start->inputs), encoding_);
+  driver->start();
+  after_resume();
+}
+
+void execution::start_handler(std::unique_ptr<run_driver> code) {
+  driver = std::move(code);
   driver->start();
   after_resume();
 }

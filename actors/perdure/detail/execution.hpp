@@ -56,6 +56,28 @@ public:
   /// Ends the execution's life: the host drops it, and the coroutine frame
   /// with it. Called on the execution's turn, once.
   virtual void quit() = 0;
+
+  /// Starts the code of run `name` on `core` (taking `inputs`); nullptr:
+  /// `name` is a workflow, which the execution looks up itself (`inputs`
+  /// untouched). An object's host starts its handlers here.
+  virtual std::unique_ptr<run_driver>
+  start_code(run_core& core, const std::string& name, std::string& inputs,
+             persistence::encoding enc) {
+    (void)core, (void)name, (void)inputs, (void)enc;
+    return nullptr;
+  }
+
+  /// Returns the write that ends the run (`c`, its final status): an
+  /// object's host adds the state the invocation leaves.
+  virtual persistence::write final_write(persistence::completion_write c) {
+    return c;
+  }
+
+  /// Whether the run may leave memory while it sleeps or waits long (an
+  /// object's invocation holds its key: it stays).
+  virtual bool may_passivate() const {
+    return true;
+  }
 };
 
 class execution;
@@ -103,6 +125,12 @@ public:
   /// housekeeping revive the run (the host ends itself).
   void on_host_failure();
 
+  /// Returns whether the run's final status committed (false for an
+  /// execution that stopped otherwise: fenced, dropped, failed to write).
+  bool ended() const noexcept {
+    return ended_;
+  }
+
   void perform(operation next, std::coroutine_handle<> h) override;
 
   std::int64_t now_ms() const override;
@@ -116,7 +144,11 @@ private:
   /// Ends the host, or, on a step thread, has it end on its next turn.
   void quit_host();
 
+  /// Returns after how long a wait the run leaves memory (ms).
+  std::int64_t passivate_after_ms() const;
+
   execution_host* host_ = nullptr;
+  bool ended_ = false;
   /// The turn: held by `receive` and by `drive`.
   std::mutex turn_;
   /// On a step thread holding the turn: where a plain step goes instead of
@@ -303,6 +335,8 @@ private:
   bool body_replied(const run_message& m);
 
   void start_code();
+  /// Runs `code`, a handler its host started, to its first suspension.
+  void start_handler(std::unique_ptr<run_driver> code);
 };
 
 /// Returns whether `code` means the store went away (past its retry budget)

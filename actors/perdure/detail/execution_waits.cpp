@@ -14,7 +14,7 @@ void execution::arm(std::int64_t due) {
     resume_recorded();
     return;
   }
-  if (due - now > rt->cfg.passivate_after.count()) {
+  if (due - now > passivate_after_ms()) {
     passivate(due);
     return;
   }
@@ -142,7 +142,7 @@ void execution::on_found(std::int32_t seq, bool found, std::int32_t index,
   // Not yet: a delivery wakes us, or the deadline. Past the threshold,
   // leave memory until then.
   auto now = now_ms();
-  auto threshold = rt->cfg.passivate_after.count();
+  auto threshold = passivate_after_ms();
   auto due = op->due_ms;
   if (now - waiting_since >= threshold && (due == 0 || due - now > threshold)) {
     passivate(due == 0 ? passivated_forever : due);

@@ -1,17 +1,15 @@
 #include "perdure/detail/run_actor.hpp"
 
 #include <caf/actor_cast.hpp>
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/behavior.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "perdure/detail/caf_messages.hpp"
 #include "perdure/detail/execution.hpp"
 #include "perdure/detail/runtime_impl.hpp"
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(perdure::detail::run_message)
 
 namespace perdure::detail {
 
@@ -86,8 +84,13 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
 
 } // namespace
 
-void signal_run(const caf::actor& run, run_signal kind, std::int32_t seq) {
-  caf::anon_send(run, run_message{signalled{kind, seq}});
+void signal_run(const caf::actor& run, std::uint32_t exec, run_signal kind,
+                std::int32_t seq) {
+  if (exec == 0)
+    caf::anon_send(run, run_message{signalled{kind, seq}});
+  else
+    caf::anon_send(run, object_message{
+                          tagged_run_message{exec, signalled{kind, seq}}});
 }
 
 caf::actor spawn_run_actor(caf::actor_system& sys, runtime_impl& rt,

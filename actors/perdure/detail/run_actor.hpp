@@ -14,8 +14,10 @@ namespace perdure::detail {
 
 class runtime_impl;
 
-/// Sends `kind` (about operation `seq`) to run actor `run`.
-void signal_run(const caf::actor& run, run_signal kind, std::int32_t seq);
+/// Sends `kind` (about operation `seq`) to the execution `exec` of actor
+/// `run` (0: a run actor's one execution; else an object actor's).
+void signal_run(const caf::actor& run, std::uint32_t exec, run_signal kind,
+                std::int32_t seq);
 
 /// Spawns the actor that owns `run`: it hosts the run's execution, which
 /// (re)starts the workflow coroutine, feeding it the recorded outcomes in

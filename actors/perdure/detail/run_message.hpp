@@ -104,4 +104,11 @@ using run_message = std::variant<attempt_ended, checkpoint_committed,
                                  wait_checked, passivation_written,
                                  awake_recorded, signalled, leave_now>;
 
+/// A message for one of the executions a host holds (an object actor's
+/// invocations): `exec` names it; a message for one that ended is dropped.
+struct tagged_run_message {
+  std::uint32_t exec = 0;
+  run_message message;
+};
+
 } // namespace perdure::detail

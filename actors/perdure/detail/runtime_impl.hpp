@@ -19,6 +19,9 @@
 
 #include "perdure/config.hpp"
 #include "perdure/detail/executor_lease.hpp"
+#include "perdure/detail/object_actor.hpp"
+#include "perdure/detail/object_directory.hpp"
+#include "perdure/detail/object_entry.hpp"
 #include "perdure/detail/step_executor.hpp"
 #include "perdure/detail/ticker.hpp"
 #include "perdure/detail/timer_service.hpp"
@@ -32,6 +35,13 @@
 
 namespace perdure::detail {
 
+/// Returns a fresh run id (time-ordered, then random).
+std::string random_id();
+
+/// Throws `invalid_argument` unless `name` is a valid name or id (`what`
+/// says which, for the message).
+void check_name(std::string_view what, std::string_view name);
+
 class runtime_impl {
 public:
   /// `client`: a client-only process (see `perdure::client`): no actors,
@@ -43,6 +53,8 @@ public:
 
   config cfg;
   std::unordered_map<std::string, workflow_entry> workflows;
+  /// Registered virtual object types.
+  std::unordered_map<std::string, object_entry> object_types;
   /// A client-only process (no actors, no executor lease).
   const bool client_mode;
 
@@ -67,6 +79,8 @@ public:
   std::unique_ptr<timer_service> timers;
   /// Deliveries made by other processes (PostgreSQL only).
   std::unique_ptr<persistence::delivery_listener> listener;
+  /// The keys with an actor here, and how invocations reach theirs.
+  std::unique_ptr<object_directory> objects;
 
   /// Returns where Perdure logs (`config::logger`, else spdlog's default).
   spdlog::logger& log() const {
@@ -111,6 +125,13 @@ public:
 
   /// Returns whether run `id` has an actor in this process.
   bool is_active(const std::string& id) const;
+
+  /// Spawns the actor of a claimed key; nothing once stopping.
+  std::optional<caf::actor> spawn_object(object_activation a);
+
+  /// Invocation `id` runs as execution `exec` of object actor `actor`.
+  void invocation_started(const std::string& id, caf::actor actor,
+                          std::uint32_t exec, std::int64_t epoch);
 
   /// Something was delivered to run `id` (an awakeable resolved; `seq` -1)
   /// or its timer for operation `seq` is due: tells its actor, or brings a
@@ -290,6 +311,9 @@ private:
     caf::actor actor;
     std::uint64_t wakes = 0;
     std::int64_t epoch = 0;
+    /// The execution within `actor`: 0 for a run actor, the invocation's
+    /// tag in an object actor.
+    std::uint32_t exec = 0;
   };
   std::unordered_map<std::string, active_run> active_;
   /// Runs being revived (one revival per run at a time: a second claim

@@ -75,7 +75,7 @@ struct callable_traits<F, std::void_t<decltype(&F::operator())>>
 
 /// The driver of a workflow returning `R`.
 template <class R>
-class typed_driver final : public run_driver {
+class typed_driver : public run_driver {
 public:
   explicit typed_driver(persistence::encoding enc) : enc_(enc) {
   }

@@ -171,26 +171,30 @@ std::string create_runs_sql(const std::string& s, int first) {
   auto p = [&](int i, const char* type) {
     return "$" + std::to_string(first + i) + "::" + type + "[]";
   };
+  // An invocation takes the next inbox number, in the order unnest gives
+  // the rows (a function scan: a batch keeps its order).
   return "INSERT INTO " + s
          + "runs (id, name, status, inputs, executor, epoch, app_version, "
-           "created_at, updated_at, parent_id, deadline) SELECT i.id, i.name, "
-           "i.status, decode(i.inputs, 'hex'), i.executor, i.epoch, "
-           "i.app_version, i.created_at, i.created_at, i.parent, i.deadline "
-           "FROM unnest("
+           "created_at, updated_at, parent_id, deadline, object_type, "
+           "object_key, inbox_seq) SELECT i.id, i.name, i.status, "
+           "decode(i.inputs, 'hex'), i.executor, i.epoch, i.app_version, "
+           "i.created_at, i.created_at, i.parent, i.deadline, i.otype, i.okey, "
+           "CASE WHEN i.otype IS NULL THEN NULL ELSE nextval('"
+         + s + "inbox_seq') END FROM unnest("
          + p(0, "text") + ", " + p(1, "text") + ", " + p(2, "text") + ", "
          + p(3, "text") + ", " + p(4, "text") + ", " + p(5, "bigint") + ", "
          + p(6, "text") + ", " + p(7, "bigint") + ", " + p(8, "text") + ", "
-         + p(9, "bigint")
+         + p(9, "bigint") + ", " + p(10, "text") + ", " + p(11, "text")
          + ") AS i(id, name, status, inputs, executor, epoch, app_version, "
-           "created_at, parent, deadline) ON CONFLICT (id) DO NOTHING "
-           "RETURNING id";
+           "created_at, parent, deadline, otype, okey) ON CONFLICT (id) DO "
+           "NOTHING RETURNING id";
 }
 
 /// Returns the condition that a run's workflow is one of `names` (a text[]
 /// parameter) and its app version none or `version` (see `claim_filter`).
 std::string claimable(const std::string& names, const std::string& version) {
   return "name = ANY(" + names + "::text[]) AND (app_version = '' OR "
-         "app_version = " + version + ")";
+         "app_version = " + version + ") AND object_type IS NULL";
 }
 
 /// Returns the condition that executor `executor` holds its lease at epoch
@@ -205,10 +209,10 @@ std::string holds_lease(const std::string& s, const std::string& executor,
 
 } // namespace
 
-/// A batch's run creations as the ten arrays of `create_runs_sql`.
+/// A batch's run creations as the twelve arrays of `create_runs_sql`.
 struct postgres_store::creation_arrays {
   detail::pg_array ids, names, statuses, inputs, execs, epochs, versions, ats,
-    parents, deadlines;
+    parents, deadlines, object_types, object_keys;
 
   explicit creation_arrays(const std::vector<run_record>& runs) {
     for (auto& run : runs) {
@@ -224,6 +228,12 @@ struct postgres_store::creation_arrays {
       epochs.add(run.owner.epoch);
       versions.add(run.app_version);
       ats.add(run.created_at_ms);
+      object_types.add_opt(run.object_type.empty()
+                             ? std::nullopt
+                             : std::optional{run.object_type});
+      object_keys.add_opt(run.object_type.empty()
+                            ? std::nullopt
+                            : std::optional{run.object_key});
     }
   }
 };
@@ -320,10 +330,11 @@ void postgres_store::connect() {
   c->prepare("create_run",
              "WITH ins AS (INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
-                 "app_version, created_at, updated_at, parent_id, deadline) "
-                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10) ON "
-                 "CONFLICT (id) DO NOTHING "
-                 "RETURNING "
+                 "app_version, created_at, updated_at, parent_id, deadline, "
+                 "object_type, object_key, inbox_seq) VALUES ($1, $2, $3, $4, "
+                 "$5, $6, $7, $8, $8, $9, $10, $11, $12, CASE WHEN $11::text "
+                 "IS NULL THEN NULL ELSE nextval('"
+               + s + "inbox_seq') END) ON CONFLICT (id) DO NOTHING RETURNING "
                + run_columns + ") SELECT true, " + run_columns
                + " FROM ins UNION ALL SELECT false, " + run_columns + " FROM "
                + s + "runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
@@ -403,7 +414,7 @@ void postgres_store::connect() {
   c->prepare("release_unclaimable",
              "UPDATE " + s
                + "runs SET executor = '', epoch = epoch + 1 WHERE executor = "
-                 "$1 AND status = 'PENDING' AND NOT ("
+                 "$1 AND status = 'PENDING' AND object_type IS NULL AND NOT ("
                + claimable("$2", "$3") + ") AND " + holds_lease(s, "$1", "$4"));
   c->prepare("load_journals",
              "SELECT run_id, seq, kind, name, outcome, payload, error, "
@@ -441,7 +452,7 @@ void postgres_store::connect() {
   // appends only (a lone workflow's steps), appends and completions, and
   // with creations too (starts sharing a batch with steps).
   auto batch_sql = [&](bool completing, bool creating) {
-    auto lease = creating ? 29 : completing ? 19 : 12;
+    auto lease = creating ? 31 : completing ? 19 : 12;
     return "WITH owned AS (" + fence_sql(lease) + "), "
            "appended AS (INSERT INTO "
            + s
@@ -500,6 +511,7 @@ void postgres_store::connect() {
                + claimable("$4", "$5") + " AND " + holds_lease(s, "$2", "$6")
                + " RETURNING " + run_columns);
   prepare_executors(*c, s);
+  prepare_objects(*c, s);
   conn_ = std::move(c);
 }
 
@@ -559,7 +571,9 @@ create_result postgres_store::create_run(const run_record& run) {
       pqxx::binarystring{run.inputs.data(), run.inputs.size()},
       run.owner.executor, run.owner.epoch, run.app_version, run.created_at_ms,
       run.parent_id ? run.parent_id->c_str() : nullptr,
-      run.deadline_ms ? deadline.c_str() : nullptr);
+      run.deadline_ms ? deadline.c_str() : nullptr,
+      run.object_type.empty() ? nullptr : run.object_type.c_str(),
+      run.object_type.empty() ? nullptr : run.object_key.c_str());
     if (res.empty()) {
       // Another transaction inserted it and has not committed yet: retry.
       throw pqxx::serialization_failure("run row not yet visible");
@@ -918,6 +932,16 @@ void read_recorded(pqxx::transaction_base& w,
 } // namespace
 
 batch_result postgres_store::write_batch(const persistence::write_batch& batch) {
+  auto result = batch.creates.empty() && batch.appends.empty()
+                    && batch.completions.empty()
+                  ? batch_result{}
+                  : write_runs(batch);
+  if (!batch.invocations.empty())
+    result.invocations = commit_invocations(batch.invocations);
+  return result;
+}
+
+batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
   detail::pg_array f_ids, f_execs, f_epochs;
   detail::pg_array ids, seqs, kinds, names, outcomes, payloads, errors, ats;
   for (auto& a : batch.appends) {
@@ -988,7 +1012,8 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
                       n.ids.str(), n.names.str(), n.statuses.str(),
                       n.inputs.str(), n.execs.str(), n.epochs.str(),
                       n.versions.str(), n.ats.str(), n.parents.str(),
-                      n.deadlines.str(), lease());
+                      n.deadlines.str(), n.object_types.str(),
+                      n.object_keys.str(), lease());
     for (const auto& row : rows) {
       auto tag = row[0].as<std::string>();
       auto value = row[1].as<std::string>();
@@ -1035,7 +1060,8 @@ void postgres_store::copy_batch(const persistence::write_batch& batch,
     for (const auto& row : w.exec_prepared(
            "create_runs", n.ids.str(), n.names.str(), n.statuses.str(),
            n.inputs.str(), n.execs.str(), n.epochs.str(), n.versions.str(),
-           n.ats.str(), n.parents.str(), n.deadlines.str()))
+           n.ats.str(), n.parents.str(), n.deadlines.str(),
+           n.object_types.str(), n.object_keys.str()))
       out.inserted.insert(row[0].as<std::string>());
   for (const auto& row : w.exec_prepared("fence_check", f_ids, f_execs, f_epochs,
                                           lease()))
@@ -1238,7 +1264,8 @@ void postgres_store::prepare_executors(connection& c,
             "SELECT count(*) FROM " + s
               + "runs WHERE status = 'PENDING' AND (executor = $1 OR executor "
                 "= '' OR executor IN (SELECT id FROM "
-              + s + "executors WHERE state <> 'live')) AND NOT ("
+              + s + "executors WHERE state <> 'live')) AND object_type IS "
+                "NULL AND NOT ("
               + claimable("$2", "$3") + ")");
   // Rows a takeover or a returning holder has locked are skipped.
   c.prepare("forget_executors",
@@ -1436,6 +1463,249 @@ run_page postgres_store::list_runs(const run_filter& f) {
     }
     q.finish(page);
     return page;
+  });
+}
+
+// -- objects ------------------------------------------------------------------------
+
+namespace {
+
+/// Whether the holder of object row `o` (an alias) has no live lease.
+std::string holder_gone(const std::string& s, const std::string& o) {
+  return "(" + o + ".executor = '' OR NOT EXISTS (SELECT 1 FROM " + s
+         + "executors e WHERE e.id = " + o + ".executor AND e.state = "
+           "'live'))";
+}
+
+/// Reads invocations selected as the run columns then `inbox_seq`, of
+/// key (`type`, `key`), oldest first.
+std::vector<run_record> read_inbox(const pqxx::result& res,
+                                   std::string_view type,
+                                   std::string_view key) {
+  std::vector<std::pair<std::int64_t, run_record>> rows;
+  for (const auto& row : res) {
+    auto run = read_run(row);
+    run.object_type = type;
+    run.object_key = key;
+    rows.emplace_back(row[15].is_null() ? 0 : row[15].as<std::int64_t>(),
+                      std::move(run));
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<run_record> out;
+  out.reserve(rows.size());
+  for (auto& r : rows)
+    out.push_back(std::move(r.second));
+  return out;
+}
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+object_record read_object(const pqxx::row& row, std::string_view type,
+                          std::string_view key) {
+  object_record o;
+  o.type = type;
+  o.key = key;
+  o.state = row[0].is_null() ? std::string{} : bytes(row[0]);
+  o.version = row[1].as<std::int64_t>();
+  o.owner.executor = row[2].as<std::string>();
+  o.owner.epoch = row[3].as<std::int64_t>();
+  o.updated_at_ms = row[4].as<std::int64_t>();
+  return o;
+}
+
+} // namespace
+
+void postgres_store::prepare_objects(connection& c, const std::string& s) {
+  auto cols = qualified_run_columns("r") + ", r.inbox_seq";
+  // Taken if free, ours, or its holder's lease is not live; the epoch goes
+  // up at every claim, so a copy of the key elsewhere is fenced.
+  c.prepare("claim_object",
+            "INSERT INTO " + s
+              + "objects AS o (type, key, state, version, executor, epoch, "
+                "updated_at) SELECT $1, $2, NULL, 0, $3, 1, $4 WHERE "
+              + holds_lease(s, "$3", "$5")
+              + " ON CONFLICT (type, key) DO UPDATE SET executor = "
+                "EXCLUDED.executor, epoch = o.epoch + 1, updated_at = "
+                "EXCLUDED.updated_at WHERE (o.executor = EXCLUDED.executor OR "
+              + holder_gone(s, "o") + ") AND " + holds_lease(s, "$3", "$5")
+              + " RETURNING o.state, o.version, o.executor, o.epoch, "
+                "o.updated_at");
+  c.prepare("claim_inbox",
+            "UPDATE " + s
+              + "runs r SET executor = $3, epoch = $4, status = 'PENDING', "
+                "wake_at = NULL WHERE r.object_type = $1 AND r.object_key = $2 "
+                "AND r.status IN ('ENQUEUED', 'PENDING') RETURNING "
+              + cols);
+  c.prepare("hold_object",
+            "SELECT 1 FROM " + s
+              + "objects WHERE type = $1 AND key = $2 AND executor = $3 AND "
+                "epoch = $4 AND "
+              + holds_lease(s, "$3", "$5") + " FOR SHARE");
+  c.prepare("take_inbox",
+            "UPDATE " + s
+              + "runs r SET executor = $3, epoch = $4, status = 'PENDING' "
+                "WHERE r.object_type = $1 AND r.object_key = $2 AND r.status "
+                "= 'ENQUEUED' RETURNING "
+              + cols);
+  c.prepare("get_object", "SELECT state, version, executor, epoch, updated_at "
+                          "FROM " + s + "objects WHERE type = $1 AND key = $2");
+  c.prepare("claimable_objects",
+            "SELECT DISTINCT r.object_type, r.object_key FROM " + s
+              + "runs r LEFT JOIN " + s
+              + "objects o ON o.type = r.object_type AND o.key = r.object_key "
+                "WHERE r.object_type = ANY($2::text[]) AND r.status IN "
+                "('ENQUEUED', 'PENDING') AND (o.type IS NULL OR o.executor = "
+                "$1 OR "
+              + holder_gone(s, "o") + ") LIMIT $3");
+  c.prepare("list_object_keys", "SELECT key FROM " + s
+                                  + "objects WHERE type = $1 AND key > $2 "
+                                    "ORDER BY key LIMIT $3");
+  // An invocation's end: its key held by its owner (locked, so a claim
+  // waits for this commit), its run completed under the same fence, and
+  // the key's state set to the newest state among the invocations that
+  // completed (several of one key may share a batch, in order).
+  c.prepare(
+    "commit_invocations",
+    "WITH inv AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
+    "$4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], "
+    "$9::bigint[], $10::text[]) WITH ORDINALITY AS i(type, key, run_id, "
+    "executor, epoch, status, output, error, at, state, n)), held AS (SELECT "
+    "o.type, o.key FROM " + s
+      + "objects o WHERE (o.type, o.key, o.executor, o.epoch) IN (SELECT type, "
+        "key, executor, epoch FROM inv) AND "
+      + holds_lease(s, "($4::text[])[1]", "$11")
+      + " FOR UPDATE), done AS (UPDATE " + s
+      + "runs r SET status = i.status, output = decode(i.output, 'hex'), error "
+        "= i.error, updated_at = i.at FROM inv i WHERE r.id = i.run_id AND "
+        "r.executor = i.executor AND r.epoch = i.epoch AND (r.status = "
+        "'PENDING' OR r.status = i.status) AND (i.type, i.key) IN (SELECT "
+        "type, key FROM held) RETURNING r.id), stated AS (UPDATE " + s
+      + "objects o SET state = decode(l.state, 'hex'), version = o.version + "
+        "1, updated_at = l.at FROM (SELECT DISTINCT ON (type, key) type, key, "
+        "state, at FROM inv WHERE state IS NOT NULL AND run_id IN (SELECT id "
+        "FROM done) ORDER BY type, key, n DESC) l WHERE o.type = l.type AND "
+        "o.key = l.key RETURNING 1) SELECT id FROM done");
+}
+
+std::vector<bool> postgres_store::commit_invocations(
+  const std::vector<invocation_commit>& invocations) {
+  detail::pg_array types, keys, ids, execs, epochs, statuses, outputs, errors,
+    ats, states;
+  for (auto& i : invocations) {
+    auto& c = i.completion;
+    types.add(i.object_type);
+    keys.add(i.object_key);
+    ids.add(c.run_id);
+    execs.add(c.owner.executor);
+    epochs.add(c.owner.epoch);
+    statuses.add(to_string(c.status));
+    outputs.add_opt(c.output ? std::optional{detail::to_hex(*c.output)}
+                             : std::nullopt);
+    errors.add_opt(c.error);
+    ats.add(c.at_ms);
+    states.add_opt(i.state ? std::optional{detail::to_hex(*i.state)}
+                           : std::nullopt);
+  }
+  return with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    std::unordered_set<std::string> done;
+    for (const auto& row : w.exec_prepared(
+           "commit_invocations", types.str(), keys.str(), ids.str(),
+           execs.str(), epochs.str(), statuses.str(), outputs.str(),
+           errors.str(), ats.str(), states.str(), lease()))
+      done.insert(row[0].as<std::string>());
+    std::vector<bool> out;
+    out.reserve(invocations.size());
+    for (auto& i : invocations)
+      out.push_back(done.count(i.completion.run_id) > 0);
+    return out;
+  });
+}
+
+std::optional<claimed_object>
+postgres_store::claim_object(std::string_view type, std::string_view key,
+                             std::string_view executor) {
+  return with_retry([&]() -> std::optional<claimed_object> {
+    pqxx::work w{*conn_};
+    auto res = w.exec_prepared("claim_object", std::string{type},
+                               std::string{key}, std::string{executor},
+                               wall_ms(), lease());
+    if (res.empty())
+      return std::nullopt;
+    claimed_object out;
+    out.object = read_object(res[0], type, key);
+    out.inbox = read_inbox(
+      w.exec_prepared("claim_inbox", std::string{type}, std::string{key},
+                      std::string{executor}, out.object.owner.epoch),
+      type, key);
+    w.commit();
+    return out;
+  });
+}
+
+std::optional<std::vector<run_record>>
+postgres_store::take_inbox(std::string_view type, std::string_view key,
+                           const fence& owner) {
+  return with_retry([&]() -> std::optional<std::vector<run_record>> {
+    pqxx::work w{*conn_};
+    if (w.exec_prepared("hold_object", std::string{type}, std::string{key},
+                        owner.executor, owner.epoch, lease())
+          .empty())
+      return std::nullopt;
+    auto out = read_inbox(w.exec_prepared("take_inbox", std::string{type},
+                                          std::string{key}, owner.executor,
+                                          owner.epoch),
+                          type, key);
+    w.commit();
+    return out;
+  });
+}
+
+std::optional<object_record>
+postgres_store::get_object(std::string_view type, std::string_view key) {
+  return with_retry([&]() -> std::optional<object_record> {
+    pqxx::nontransaction w{*conn_};
+    auto res = w.exec_prepared("get_object", std::string{type},
+                               std::string{key});
+    if (res.empty())
+      return std::nullopt;
+    return read_object(res[0], type, key);
+  });
+}
+
+std::vector<std::pair<std::string, std::string>>
+postgres_store::claimable_objects(std::string_view executor,
+                                  const std::vector<std::string>& types,
+                                  std::int64_t limit) {
+  detail::pg_array names;
+  for (auto& t : types)
+    names.add(t);
+  return with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& row : w.exec_prepared("claimable_objects",
+                                           std::string{executor}, names.str(),
+                                           limit))
+      out.emplace_back(row[0].as<std::string>(), row[1].as<std::string>());
+    return out;
+  });
+}
+
+std::vector<std::string> postgres_store::list_object_keys(
+  std::string_view type, std::string_view after, std::int64_t limit) {
+  return with_retry([&] {
+    pqxx::nontransaction w{*conn_};
+    std::vector<std::string> out;
+    for (const auto& row : w.exec_prepared("list_object_keys",
+                                           std::string{type},
+                                           std::string{after}, limit))
+      out.push_back(row[0].as<std::string>());
+    return out;
   });
 }
 

@@ -86,6 +86,22 @@ public:
   run_transaction(const fence& owner, journal_entry checkpoint,
                   const std::function<std::string(sql_session&)>& body) override;
 
+  std::optional<claimed_object> claim_object(std::string_view type,
+                                             std::string_view key,
+                                             std::string_view executor) override;
+  std::optional<std::vector<run_record>>
+  take_inbox(std::string_view type, std::string_view key,
+             const fence& owner) override;
+  std::optional<object_record> get_object(std::string_view type,
+                                          std::string_view key) override;
+  std::vector<std::pair<std::string, std::string>>
+  claimable_objects(std::string_view executor,
+                    const std::vector<std::string>& types,
+                    std::int64_t limit) override;
+  std::vector<std::string> list_object_keys(std::string_view type,
+                                            std::string_view after,
+                                            std::int64_t limit) override;
+
 private:
   /// Batches with at least this many appends go through COPY.
   static constexpr std::size_t copy_threshold = 32;
@@ -103,6 +119,11 @@ private:
   struct connection;
 
   void connect();
+  void prepare_objects(connection& c, const std::string& s);
+  /// `write_batch` without its invocations; then those alone.
+  batch_result write_runs(const persistence::write_batch& batch);
+  std::vector<bool>
+  commit_invocations(const std::vector<invocation_commit>& invocations);
   void prepare_executors(connection& c, const std::string& s);
   /// Takes executor lock `key` on this connection (ending our own previous
   /// connection's session if it still holds it); returns whether it did.

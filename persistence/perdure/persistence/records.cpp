@@ -199,8 +199,10 @@ write_batch::slot write_batch::add(write w) {
         return push(creates, x);
       else if constexpr (std::is_same_v<T, append_write>)
         return push(appends, x);
-      else
+      else if constexpr (std::is_same_v<T, completion_write>)
         return push(completions, x);
+      else
+        return push(invocations, x);
     },
     std::move(w));
 }
@@ -213,6 +215,9 @@ write_batch write_batch::single(slot s) const {
     case kind_of<completion_write>():
       one.completions.push_back(completions.at(s.index));
       break;
+    case kind_of<invocation_commit>():
+      one.invocations.push_back(invocations.at(s.index));
+      break;
   }
   return one;
 }
@@ -222,6 +227,7 @@ bool batch_result::took_effect(write_batch::slot s) const {
     case kind_of<run_record>(): return created.at(s.index);
     case kind_of<append_write>(): return appends.at(s.index);
     case kind_of<completion_write>(): return completions.at(s.index);
+    case kind_of<invocation_commit>(): return invocations.at(s.index);
   }
   return false;
 }

@@ -99,6 +99,32 @@ struct run_record {
   std::optional<std::string> parent_id;
   /// When the run is cancelled if it has not ended (ms since the epoch).
   std::optional<std::int64_t> deadline_ms;
+  /// Set for an invocation of a virtual object's handler: the object's
+  /// type and key (the run's name is the handler's). Invocations are the
+  /// object's inbox: ENQUEUED until the key's owner takes them, then
+  /// PENDING under the key's owner and epoch, in the order they were
+  /// stored. Recovery and takeover of runs leave them to their object.
+  std::string object_type;
+  std::string object_key;
+};
+
+/// A virtual object's durable row: its state (empty before its first
+/// commit) and the executor holding its key, at the fencing epoch that
+/// every state write and every invocation of the key carries.
+struct object_record {
+  std::string type;
+  std::string key;
+  std::string state;
+  std::int64_t version = 0;
+  fence owner;
+  std::int64_t updated_at_ms = 0;
+};
+
+/// A key taken by `object_store::claim_object`: the object and its inbox
+/// (invocations not yet ended, oldest first, with their journals).
+struct claimed_object {
+  object_record object;
+  std::vector<run_record> inbox;
 };
 
 /// What kind of durable operation a journal entry records. Replay compares
@@ -187,10 +213,22 @@ struct completion_write {
   std::int64_t at_ms = 0;
 };
 
+/// The end of an invocation: its final status and the object's new state
+/// (none: unchanged, as after a failure or a read-only handler), committed
+/// together, fenced by the key's owner (`completion.owner`, which is also
+/// the invocation's): the invocation's effect applies exactly once.
+struct invocation_commit {
+  completion_write completion;
+  std::string object_type;
+  std::string object_key;
+  std::optional<std::string> state;
+};
+
 /// One write of the group-commit writer. A new kind of write is one more
 /// alternative here, one more list in `write_batch` (`add`, `single`,
 /// `batch_result::took_effect`), and its statement in each store.
-using write = std::variant<run_record, append_write, completion_write>;
+using write = std::variant<run_record, append_write, completion_write,
+                           invocation_commit>;
 
 /// Returns the index of `T` among the alternatives of `write`.
 template <class T>
@@ -208,6 +246,7 @@ struct write_batch {
   std::vector<run_record> creates;
   std::vector<append_write> appends;
   std::vector<completion_write> completions;
+  std::vector<invocation_commit> invocations;
 
   /// Where a write went: its kind (its index in `write`) and its place
   /// among the batch's writes of that kind.
@@ -224,7 +263,8 @@ struct write_batch {
   write_batch single(slot s) const;
 
   bool empty() const noexcept {
-    return creates.empty() && appends.empty() && completions.empty();
+    return creates.empty() && appends.empty() && completions.empty()
+           && invocations.empty();
   }
 };
 
@@ -238,6 +278,7 @@ struct batch_result {
   std::vector<bool> created;
   std::vector<bool> appends;
   std::vector<bool> completions;
+  std::vector<bool> invocations;
   std::vector<std::optional<journal_entry>> recorded;
 
   /// Returns whether the write in `s` took effect.

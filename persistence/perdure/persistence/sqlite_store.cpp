@@ -412,9 +412,9 @@ int sqlite_store::schema_version() {
 
 bool sqlite_store::insert_run(const run_record& run) {
   prepare("INSERT INTO runs (id, name, status, inputs, executor, epoch, "
-          "app_version, created_at, updated_at, parent_id, deadline) VALUES "
-          "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10) ON CONFLICT (id) DO "
-          "NOTHING")
+          "app_version, created_at, updated_at, parent_id, deadline, "
+          "object_type, object_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+          "?8, ?9, ?10, ?11, ?12) ON CONFLICT (id) DO NOTHING")
     .bind(1, run.id)
     .bind(2, run.name)
     .bind(3, to_string(run.status))
@@ -425,6 +425,10 @@ bool sqlite_store::insert_run(const run_record& run) {
     .bind(8, run.created_at_ms)
     .bind_opt(9, run.parent_id)
     .bind_opt_int(10, run.deadline_ms)
+    .bind_opt(11, run.object_type.empty() ? std::nullopt
+                                          : std::optional{run.object_type})
+    .bind_opt(12, run.object_type.empty() ? std::nullopt
+                                          : std::optional{run.object_key})
     .run();
   return sqlite3_changes(db_) == 1;
 }
@@ -747,7 +751,8 @@ sqlite_store::claim_where(const std::string& which, std::string_view arg,
   // One runtime per file, in an IMMEDIATE transaction: read, then write.
   std::vector<std::string> ids;
   auto& sel = prepare("SELECT id, name, app_version FROM runs WHERE status = "
-                      "'PENDING' AND " + which + " ORDER BY created_at, id");
+                      "'PENDING' AND object_type IS NULL AND " + which
+                      + " ORDER BY created_at, id");
   sel.bind(1, arg);
   while (sel.step())
     if (filter.admits(sel.text(1), sel.text(2)))
@@ -882,6 +887,9 @@ batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
         mark_parent_delivered(c.run_id, c.at_ms);
       result.completions.push_back(completed);
     }
+    result.invocations.reserve(batch.invocations.size());
+    for (auto& i : batch.invocations)
+      result.invocations.push_back(commit_invocation(i));
     return result;
   });
 }
@@ -1026,7 +1034,8 @@ std::int64_t sqlite_store::release_unclaimable(std::string_view executor,
   return in_transaction([&] {
     std::vector<std::string> ids;
     auto& sel = prepare("SELECT id, name, app_version FROM runs WHERE status "
-                        "= 'PENDING' AND executor = ?1");
+                        "= 'PENDING' AND executor = ?1 AND object_type IS "
+                        "NULL");
     sel.bind(1, executor);
     while (sel.step())
       if (!filter.admits(sel.text(1), sel.text(2)))
@@ -1046,8 +1055,8 @@ std::int64_t sqlite_store::count_unclaimable(std::string_view executor,
     std::int64_t n = 0;
     auto& sel = prepare(
       "SELECT name, app_version FROM runs WHERE status = 'PENDING' AND "
-      "(executor = ?1 OR executor = '' OR executor IN (SELECT id FROM "
-      "executors WHERE state <> 'live'))");
+      "object_type IS NULL AND (executor = ?1 OR executor = '' OR executor "
+      "IN (SELECT id FROM executors WHERE state <> 'live'))");
     sel.bind(1, executor);
     while (sel.step())
       if (!filter.admits(sel.text(0), sel.text(1)))
@@ -1092,6 +1101,180 @@ run_page sqlite_store::list_runs(const run_filter& f) {
     sel.reset();
     q.finish(page);
     return page;
+  });
+}
+
+// -- objects ------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* holder_gone
+  = "(objects.executor = '' OR NOT EXISTS (SELECT 1 FROM executors e WHERE e.id = "
+    "objects.executor AND e.state = 'live'))";
+
+} // namespace
+
+bool sqlite_store::commit_invocation(const invocation_commit& i) {
+  auto& c = i.completion;
+  auto& held = prepare("SELECT 1 FROM objects WHERE type = ?1 AND key = ?2 AND "
+                       "executor = ?3 AND epoch = ?4");
+  held.bind(1, i.object_type)
+    .bind(2, i.object_key)
+    .bind(3, c.owner.executor)
+    .bind(4, c.owner.epoch);
+  auto ok = held.step();
+  held.reset();
+  if (!ok)
+    return false;
+  prepare("UPDATE runs SET status = ?1, output = ?2, error = ?3, updated_at = "
+          "?4 WHERE id = ?5 AND executor = ?6 AND epoch = ?7 AND (status = "
+          "'PENDING' OR status = ?1)")
+    .bind(1, to_string(c.status))
+    .bind_opt_blob(2, c.output)
+    .bind_opt(3, c.error)
+    .bind(4, c.at_ms)
+    .bind(5, c.run_id)
+    .bind(6, c.owner.executor)
+    .bind(7, c.owner.epoch)
+    .run();
+  if (sqlite3_changes(db_) != 1)
+    return false;
+  if (i.state)
+    prepare("UPDATE objects SET state = ?1, version = version + 1, updated_at "
+            "= ?2 WHERE type = ?3 AND key = ?4")
+      .bind_blob(1, *i.state)
+      .bind(2, c.at_ms)
+      .bind(3, i.object_type)
+      .bind(4, i.object_key)
+      .run();
+  return true;
+}
+
+std::vector<run_record> sqlite_store::take_invocations(std::string_view type,
+                                                       std::string_view key,
+                                                       const fence& owner,
+                                                       const char* statuses) {
+  std::vector<std::string> ids;
+  auto& sel = prepare(std::string{"SELECT id FROM runs WHERE object_type = ?1 "
+                                  "AND object_key = ?2 AND status IN "}
+                      + statuses + " ORDER BY rowid");
+  sel.bind(1, type).bind(2, key);
+  while (sel.step())
+    ids.push_back(sel.text(0));
+  sel.reset();
+  std::vector<run_record> out;
+  for (auto& id : ids) {
+    prepare("UPDATE runs SET executor = ?2, epoch = ?3, status = 'PENDING', "
+            "wake_at = NULL WHERE id = ?1")
+      .bind(1, id)
+      .bind(2, owner.executor)
+      .bind(3, owner.epoch)
+      .run();
+    auto run = read_run_row(id);
+    run.object_type = type;
+    run.object_key = key;
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
+std::optional<claimed_object>
+sqlite_store::claim_object(std::string_view type, std::string_view key,
+                           std::string_view executor) {
+  return in_transaction([&]() -> std::optional<claimed_object> {
+    prepare(std::string{"INSERT INTO objects (type, key, state, version, "
+                        "executor, epoch, updated_at) VALUES (?1, ?2, NULL, 0, "
+                        "?3, 1, ?4) ON CONFLICT (type, key) DO UPDATE SET "
+                        "executor = excluded.executor, epoch = epoch + 1, "
+                        "updated_at = excluded.updated_at WHERE executor = "
+                        "excluded.executor OR "}
+            + holder_gone)
+      .bind(1, type)
+      .bind(2, key)
+      .bind(3, executor)
+      .bind(4, wall_ms())
+      .run();
+    if (sqlite3_changes(db_) != 1)
+      return std::nullopt;
+    auto object = get_object(type, key);
+    if (!object)
+      return std::nullopt;
+    claimed_object out;
+    out.object = std::move(*object);
+    out.inbox = take_invocations(type, key, out.object.owner,
+                                 "('ENQUEUED', 'PENDING')");
+    return out;
+  });
+}
+
+std::optional<std::vector<run_record>>
+sqlite_store::take_inbox(std::string_view type, std::string_view key,
+                         const fence& owner) {
+  return in_transaction([&]() -> std::optional<std::vector<run_record>> {
+    auto object = get_object(type, key);
+    if (!object || object->owner != owner)
+      return std::nullopt;
+    return take_invocations(type, key, owner, "('ENQUEUED')");
+  });
+}
+
+std::optional<object_record>
+sqlite_store::get_object(std::string_view type, std::string_view key) {
+  return with_retry([&]() -> std::optional<object_record> {
+    auto& sel = prepare("SELECT state, version, executor, epoch, updated_at "
+                        "FROM objects WHERE type = ?1 AND key = ?2");
+    sel.bind(1, type).bind(2, key);
+    if (!sel.step())
+      return std::nullopt;
+    object_record o;
+    o.type = type;
+    o.key = key;
+    o.state = sel.is_null(0) ? std::string{} : sel.text(0);
+    o.version = sel.int64(1);
+    o.owner.executor = sel.text(2);
+    o.owner.epoch = sel.int64(3);
+    o.updated_at_ms = sel.int64(4);
+    sel.reset();
+    return o;
+  });
+}
+
+std::vector<std::pair<std::string, std::string>>
+sqlite_store::claimable_objects(std::string_view executor,
+                                const std::vector<std::string>& types,
+                                std::int64_t limit) {
+  return with_retry([&] {
+    std::vector<std::pair<std::string, std::string>> out;
+    auto& sel = prepare(
+      std::string{"SELECT DISTINCT r.object_type, r.object_key FROM runs r "
+                  "LEFT JOIN objects ON objects.type = r.object_type AND "
+                  "objects.key = r.object_key WHERE r.object_type = ?1 AND "
+                  "r.status IN ('ENQUEUED', 'PENDING') AND (objects.type IS "
+                  "NULL OR objects.executor = ?2 OR "}
+      + holder_gone + ") LIMIT ?3");
+    for (auto& type : types) {
+      sel.reset().bind(1, type).bind(2, executor).bind(3, limit);
+      while (sel.step() && static_cast<std::int64_t>(out.size()) < limit)
+        out.emplace_back(sel.text(0), sel.text(1));
+    }
+    sel.reset();
+    return out;
+  });
+}
+
+std::vector<std::string> sqlite_store::list_object_keys(std::string_view type,
+                                                        std::string_view after,
+                                                        std::int64_t limit) {
+  return with_retry([&] {
+    std::vector<std::string> out;
+    auto& sel = prepare("SELECT key FROM objects WHERE type = ?1 AND key > ?2 "
+                        "ORDER BY key LIMIT ?3");
+    // An empty view may have no data: it would bind NULL.
+    sel.bind(1, type).bind(2, std::string{after}).bind(3, limit);
+    while (sel.step())
+      out.push_back(sel.text(0));
+    sel.reset();
+    return out;
   });
 }
 

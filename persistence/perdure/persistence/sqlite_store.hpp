@@ -88,6 +88,22 @@ public:
   std::vector<std::pair<std::int64_t, std::string>>
   notices_after(std::int64_t after);
 
+  std::optional<claimed_object> claim_object(std::string_view type,
+                                             std::string_view key,
+                                             std::string_view executor) override;
+  std::optional<std::vector<run_record>>
+  take_inbox(std::string_view type, std::string_view key,
+             const fence& owner) override;
+  std::optional<object_record> get_object(std::string_view type,
+                                          std::string_view key) override;
+  std::vector<std::pair<std::string, std::string>>
+  claimable_objects(std::string_view executor,
+                    const std::vector<std::string>& types,
+                    std::int64_t limit) override;
+  std::vector<std::string> list_object_keys(std::string_view type,
+                                            std::string_view after,
+                                            std::int64_t limit) override;
+
 private:
   class statement;
 
@@ -109,6 +125,14 @@ private:
   std::optional<journal_entry> recorded_entry(const std::string& run_id,
                                               std::int32_t seq);
   bool insert_run(const run_record& run);
+  /// Ends invocation `i` if its key and run are still its owner's.
+  bool commit_invocation(const invocation_commit& i);
+  /// Moves the key's invocations in `statuses` (an SQL list) under
+  /// `owner` as PENDING; returns them, oldest first.
+  std::vector<run_record> take_invocations(std::string_view type,
+                                           std::string_view key,
+                                           const fence& owner,
+                                           const char* statuses);
   run_record read_run_row(std::string_view id);
   bool mark_delivered(std::string_view run_id, std::int64_t at_ms);
   void mark_parent_delivered(std::string_view run_id, std::int64_t at_ms);

@@ -13,6 +13,7 @@
 #include "perdure/persistence/delivery_store.hpp"
 #include "perdure/persistence/journal_store.hpp"
 #include "perdure/persistence/lease_store.hpp"
+#include "perdure/persistence/object_store.hpp"
 #include "perdure/persistence/records.hpp"
 #include "perdure/persistence/run_store.hpp"
 
@@ -41,7 +42,7 @@ struct store_options {
 };
 
 /// The durable state of Perdure: one interface made of roles (runs,
-/// leases, deliveries, journal; objects join as one more), two real
+/// leases, deliveries, journal, objects), two real
 /// implementations (PostgreSQL and SQLite), one conformance suite. An
 /// instance owns one connection and is used by one thread at a time.
 /// Transient errors are retried inside; what a method reports as written
@@ -49,7 +50,8 @@ struct store_options {
 class store : public run_store,
               public lease_store,
               public delivery_store,
-              public journal_store {
+              public journal_store,
+              public object_store {
 public:
   ~store() override = default;
 

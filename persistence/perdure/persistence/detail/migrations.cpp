@@ -96,6 +96,24 @@ std::vector<migration> sqlite_migrations() {
        "status = 'PENDING' AND executor <> ''",
        "CREATE INDEX runs_created ON runs (created_at, id)",
      }},
+    {7,
+     "virtual objects: their rows, and invocations as runs (the inbox)",
+     {
+       "ALTER TABLE runs ADD COLUMN object_type TEXT",
+       "ALTER TABLE runs ADD COLUMN object_key TEXT",
+       // A key's unended invocations in the order they were stored (rowid).
+       "CREATE INDEX runs_inbox ON runs (object_type, object_key) WHERE "
+       "object_type IS NOT NULL AND status IN ('ENQUEUED', 'PENDING')",
+       "CREATE TABLE objects ("
+       " type TEXT NOT NULL,"
+       " key TEXT NOT NULL,"
+       " state BLOB,"
+       " version INTEGER NOT NULL DEFAULT 0,"
+       " executor TEXT NOT NULL,"
+       " epoch INTEGER NOT NULL,"
+       " updated_at INTEGER NOT NULL,"
+       " PRIMARY KEY (type, key)) WITHOUT ROWID",
+     }},
   };
 }
 
@@ -203,6 +221,27 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "CREATE SEQUENCE " + s + "executor_epochs",
        "SELECT setval(" + literal(s + "executor_epochs") + ", GREATEST(1, (SELECT "
          "max(epoch) FROM " + s + "executors)))",
+     }},
+    {7,
+     "virtual objects: their rows, and invocations as runs (the inbox)",
+     {
+       "ALTER TABLE " + s + "runs ADD COLUMN object_type TEXT",
+       "ALTER TABLE " + s + "runs ADD COLUMN object_key TEXT",
+       // A key's invocations in the order they were stored.
+       "ALTER TABLE " + s + "runs ADD COLUMN inbox_seq BIGINT",
+       "CREATE SEQUENCE " + s + "inbox_seq",
+       "CREATE INDEX runs_inbox ON " + s
+         + "runs (object_type, object_key, inbox_seq) WHERE object_type IS "
+           "NOT NULL AND status IN ('ENQUEUED', 'PENDING')",
+       "CREATE TABLE " + s + "objects ("
+       " type TEXT NOT NULL,"
+       " key TEXT NOT NULL,"
+       " state BYTEA,"
+       " version BIGINT NOT NULL DEFAULT 0,"
+       " executor TEXT NOT NULL,"
+       " epoch BIGINT NOT NULL,"
+       " updated_at BIGINT NOT NULL,"
+       " PRIMARY KEY (type, key))",
      }},
   };
 }

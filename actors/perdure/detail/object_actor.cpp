@@ -1,0 +1,347 @@
+#include "perdure/detail/object_actor.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+
+#include "perdure/detail/caf_messages.hpp"
+#include "perdure/detail/execution.hpp"
+#include "perdure/detail/object_directory.hpp"
+#include "perdure/detail/object_entry.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+
+namespace perdure::detail {
+
+namespace {
+
+/// An invocation's mailbox: its object actor's, tagged with the
+/// invocation's number.
+class tagged_mailbox final : public execution_mailbox {
+public:
+  tagged_mailbox(caf::actor object, std::uint32_t exec)
+    : object_(std::move(object)), exec_(exec) {
+  }
+
+  void tell(run_message m) const override {
+    caf::anon_send(object_,
+                   object_message{tagged_run_message{exec_, std::move(m)}});
+  }
+
+  void tell_later(std::chrono::milliseconds delay,
+                  run_message m) const override {
+    caf::delayed_anon_send(
+      object_, delay, object_message{tagged_run_message{exec_, std::move(m)}});
+  }
+
+private:
+  caf::actor object_;
+  std::uint32_t exec_;
+};
+
+struct object_host;
+using object_actor = caf::stateful_actor<object_host>;
+
+/// A handler that cannot run (unknown, or the state cannot be read): its
+/// invocation ends ERROR with `why`, changing nothing.
+std::unique_ptr<run_driver> failing_driver(persistence::encoding enc,
+                                           std::string why) {
+  auto d = std::make_unique<typed_driver<void>>(enc);
+  d->failed_ = std::make_exception_ptr(std::runtime_error(std::move(why)));
+  return d;
+}
+
+/// One invocation of the key, hosting its execution.
+struct invocation final : execution_host {
+  object_host* obj = nullptr;
+  std::uint32_t tag = 0;
+  bool shared = false;
+  bool left = false;
+  /// The state this invocation commits (set by `final_write`).
+  std::optional<std::string> leaves;
+  execution exec;
+
+  void quit() override {
+    left = true; // the host drops it after this turn (it is inside it now)
+  }
+
+  std::unique_ptr<run_driver> start_code(run_core& core,
+                                         const std::string& name,
+                                         std::string& inputs,
+                                         persistence::encoding enc) override;
+
+  persistence::write final_write(persistence::completion_write c) override;
+
+  bool may_passivate() const override {
+    return false; // it holds the key while it waits
+  }
+};
+
+/// The object actor's state.
+struct object_host {
+  object_actor* self = nullptr;
+  runtime_impl* rt = nullptr;
+  const object_entry* entry = nullptr;
+  std::string type;
+  std::string key;
+  persistence::fence owner;
+  std::unique_ptr<state_box> state;
+  /// The state as last committed (encoded), to roll back to.
+  std::string committed;
+  /// Set if the stored state could not be decoded: no handler runs on it.
+  std::optional<std::string> unreadable;
+  std::deque<persistence::run_record> queue;
+  std::unordered_map<std::string, std::vector<persistence::journal_entry>>
+    journals;
+  std::unique_ptr<invocation> current;
+  std::uint32_t next_tag = 1;
+  /// Invocations handed by this process (see `object_directory`).
+  std::uint64_t received = 0;
+  bool taking_inbox = false;
+  bool inbox_again = false;
+  std::uint64_t idle_generation = 0;
+  bool stopping = false;
+
+  void init(object_activation a);
+  void on(object_message& m);
+  void run_next();
+  void finished();
+  void take_inbox();
+  /// Leaves memory; `revive`: the key's invocations may be left, so it is
+  /// claimed again soon.
+  void leave(bool revive);
+};
+
+std::unique_ptr<run_driver>
+invocation::start_code(run_core& core, const std::string& name,
+                       std::string& inputs, persistence::encoding enc) {
+  auto h = obj->entry->handlers.find(name);
+  if (h == obj->entry->handlers.end())
+    return failing_driver(enc, "object type '" + obj->type
+                                 + "' has no handler '" + name + "'");
+  if (obj->unreadable)
+    return failing_driver(enc, "the state of " + obj->type + " '" + obj->key
+                                 + "' cannot be read: " + *obj->unreadable);
+  shared = h->second.shared;
+  return h->second.start(core, obj->state->get(), obj->key, std::move(inputs),
+                         enc);
+}
+
+persistence::write invocation::final_write(persistence::completion_write c) {
+  persistence::invocation_commit i;
+  i.object_type = obj->type;
+  i.object_key = obj->key;
+  if (c.status == run_status::success && !shared) {
+    try {
+      i.state = obj->state->encode(obj->rt->cfg.payload_encoding);
+      leaves = i.state;
+    } catch (const std::exception& ex) {
+      c.status = run_status::error;
+      c.output.reset();
+      c.error = std::string{"the state could not be encoded: "} + ex.what();
+    }
+  }
+  if (!i.state)
+    obj->state->decode(obj->committed); // a failure changes nothing
+  i.completion = std::move(c);
+  return i;
+}
+
+void object_host::init(object_activation a) {
+  entry = a.entry;
+  type = std::move(a.claimed.object.type);
+  key = std::move(a.claimed.object.key);
+  owner = a.claimed.object.owner;
+  committed = std::move(a.claimed.object.state);
+  state = entry->make_state();
+  try {
+    state->decode(committed);
+  } catch (const std::exception& ex) {
+    unreadable = ex.what();
+    rt->log().error("perdure: the state of {} '{}' cannot be decoded ({}); "
+                    "its invocations fail until it is fixed",
+                    type, key, ex.what());
+  }
+  for (auto& e : a.journals)
+    journals[e.run_id].push_back(std::move(e));
+  for (auto& run : a.claimed.inbox)
+    queue.push_back(std::move(run));
+  run_next();
+}
+
+void object_host::run_next() {
+  if (current || stopping)
+    return;
+  if (queue.empty()) {
+    caf::delayed_anon_send(caf::actor_cast<caf::actor>(self),
+                           rt->cfg.object_idle_timeout,
+                           object_message{idle_check{++idle_generation}});
+    return;
+  }
+  ++idle_generation;
+  auto run = std::move(queue.front());
+  queue.pop_front();
+  std::vector<persistence::journal_entry> journal;
+  if (auto j = journals.find(run.id); j != journals.end()) {
+    journal = std::move(j->second);
+    journals.erase(j);
+  }
+  current = std::make_unique<invocation>();
+  current->obj = this;
+  current->tag = next_tag++;
+  rt->invocation_started(run.id, caf::actor_cast<caf::actor>(self),
+                         current->tag, owner.epoch);
+  current->exec.init(*current,
+                     std::make_shared<tagged_mailbox>(
+                       caf::actor_cast<caf::actor>(self), current->tag),
+                     *rt, std::move(run), std::move(journal));
+}
+
+void object_host::finished() {
+  auto done = std::move(current);
+  if (!done->exec.ended()) {
+    // Fenced, dropped, or its end could not be written: what the key holds
+    // is unsure here. Leave; the key is claimed again from the store.
+    state->decode(committed);
+    leave(true);
+    return;
+  }
+  if (done->leaves)
+    committed = std::move(*done->leaves);
+  if (stopping) {
+    self->quit();
+    return;
+  }
+  run_next();
+}
+
+void object_host::take_inbox() {
+  if (taking_inbox) {
+    inbox_again = true;
+    return;
+  }
+  taking_inbox = true;
+  rt->control->post([me = caf::actor_cast<caf::actor>(self), rt = rt,
+                     type = type, key = key, owner = owner] {
+    inbox_taken taken;
+    try {
+      taken.runs = rt->stores->with([&](persistence::store& db) {
+        return db.take_inbox(type, key, owner);
+      });
+    } catch (const std::exception& ex) {
+      rt->log().warn("perdure: could not read the inbox of {} '{}' ({}); "
+                     "trying again",
+                     type, key, ex.what());
+      caf::delayed_anon_send(me, std::chrono::milliseconds{200},
+                             object_message{inbox_news{}});
+      taken.runs.emplace();
+    }
+    caf::anon_send(me, object_message{std::move(taken)});
+  });
+}
+
+void object_host::leave(bool revive) {
+  stopping = true;
+  rt->objects->stopped(type, key, caf::actor_cast<caf::actor>(self), revive);
+  if (!current)
+    self->quit();
+}
+
+void object_host::on(object_message& message) {
+  struct visitor {
+    object_host& h;
+    void operator()(tagged_run_message& m) {
+      if (!h.current || h.current->tag != m.exec)
+        return; // an invocation that ended
+      h.current->exec.receive(m.message);
+      if (h.current->left)
+        h.finished();
+    }
+    void operator()(invocation_arrived& m) {
+      ++h.received;
+      h.queue.push_back(std::move(m.run));
+      h.run_next();
+    }
+    void operator()(inbox_news&) {
+      h.take_inbox();
+    }
+    void operator()(inbox_taken& m) {
+      h.taking_inbox = false;
+      if (!m.runs) { // the key went to another process
+        h.leave(false);
+        return;
+      }
+      for (auto& run : *m.runs)
+        h.queue.push_back(std::move(run));
+      if (std::exchange(h.inbox_again, false))
+        h.take_inbox();
+      h.run_next();
+    }
+    void operator()(idle_check& m) {
+      if (m.generation != h.idle_generation || h.current || !h.queue.empty()
+          || h.taking_inbox || h.stopping)
+        return;
+      if (h.rt->objects->try_passivate(h.type, h.key,
+                                       caf::actor_cast<caf::actor>(h.self),
+                                       h.received))
+        h.self->quit();
+    }
+  };
+  std::visit(visitor{*this}, message);
+}
+
+caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
+                              object_activation a) {
+  auto& host = self->state;
+  host.self = self;
+  host.rt = rt;
+  self->set_exception_handler([self, rt](std::exception_ptr& ep) -> caf::error {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& ex) {
+      rt->log().error("perdure: object {} '{}' actor failed: {}",
+                      self->state.type, self->state.key, ex.what());
+    } catch (...) {
+    }
+    if (self->state.current)
+      self->state.current->exec.on_host_failure();
+    self->state.rt->objects->stopped(self->state.type, self->state.key,
+                                     caf::actor_cast<caf::actor>(self), true);
+    return caf::sec::runtime_error;
+  });
+  // runtime::stop(): the invocation running stays until its step body
+  // replied (the body may touch its frame); queued ones stay in the store.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    auto& h = self->state;
+    h.stopping = true;
+    if (!h.current || h.current->exec.on_exit_request())
+      self->quit(msg.reason);
+  });
+  host.init(std::move(a));
+  return {
+    [self](object_message& m) { self->state.on(m); },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_object_actor(caf::actor_system& sys, runtime_impl& rt,
+                              object_activation a) {
+  return sys.spawn(object_behavior, &rt, std::move(a));
+}
+
+void hand_invocation(const caf::actor& object, persistence::run_record run) {
+  caf::anon_send(object, object_message{invocation_arrived{std::move(run)}});
+}
+
+void tell_inbox_news(const caf::actor& object) {
+  caf::anon_send(object, object_message{inbox_news{}});
+}
+
+} // namespace perdure::detail

@@ -1,0 +1,204 @@
+#include "perdure/detail/object_directory.hpp"
+
+#include <caf/send.hpp>
+
+#include "perdure/detail/object_actor.hpp"
+#include "perdure/detail/object_entry.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+
+namespace perdure::detail {
+
+object_directory::object_directory(runtime_impl& rt) : rt_(rt) {
+}
+
+std::string object_directory::id_of(const std::string& type,
+                                    const std::string& key) {
+  // Names hold no NUL: one string names the pair.
+  std::string id = type;
+  id.push_back('\0');
+  id += key;
+  return id;
+}
+
+std::optional<caf::actor>
+object_directory::prepare(persistence::run_record& run) {
+  std::lock_guard guard{mtx_};
+  auto i = active_.find(id_of(run.object_type, run.object_key));
+  if (i == active_.end()) {
+    run.status = run_status::enqueued;
+    run.owner = {};
+    return std::nullopt;
+  }
+  // Stored under the key's epoch, its actor takes it from memory: no read.
+  run.status = run_status::pending;
+  run.owner = {rt_.cfg.executor_id, i->second.epoch};
+  return i->second.actor;
+}
+
+void object_directory::deliver(const std::optional<caf::actor>& to,
+                               persistence::run_record run) {
+  if (to) {
+    std::lock_guard guard{mtx_};
+    auto i = active_.find(id_of(run.object_type, run.object_key));
+    if (i != active_.end() && i->second.actor == *to
+        && i->second.epoch == run.owner.epoch) {
+      ++i->second.handed;
+      hand_invocation(*to, std::move(run));
+      return;
+    }
+  }
+  // Stored; the actor left meanwhile, or there was none: whoever claims the
+  // key next takes it (claims take ENQUEUED and PENDING invocations).
+  reach(run.object_type, run.object_key, true);
+}
+
+void object_directory::reach(const std::string& type, const std::string& key,
+                             bool announce) {
+  auto id = id_of(type, key);
+  {
+    std::unique_lock guard{mtx_};
+    settled_.wait(guard, [&] { return activating_.count(id) == 0; });
+    if (auto i = active_.find(id); i != active_.end()) {
+      tell_inbox_news(i->second.actor);
+      return;
+    }
+    activating_.insert(id);
+  }
+  bool active = false;
+  try {
+    active = activate(type, key);
+  } catch (const std::exception& ex) {
+    rt_.log().warn("perdure: could not claim {} '{}' ({}); trying again soon",
+                   type, key, ex.what());
+    std::lock_guard guard{mtx_};
+    if (orphans_.empty())
+      orphans_due_ = std::chrono::steady_clock::now() + rt_.cfg.orphan_retry;
+    orphans_.emplace(id, std::make_pair(type, key));
+  }
+  {
+    std::lock_guard guard{mtx_};
+    activating_.erase(id);
+  }
+  settled_.notify_all();
+  if (!active && announce) {
+    try {
+      rt_.stores->with([&](persistence::store& db) {
+        db.notify("o:" + type + '\x1f' + key);
+      });
+    } catch (const std::exception& ex) {
+      // Stored anyway: the holder's sweep finds it.
+      rt_.log().warn("perdure: could not announce an invocation of {} '{}': "
+                     "{}",
+                     type, key, ex.what());
+    }
+  }
+}
+
+bool object_directory::activate(const std::string& type,
+                                const std::string& key) {
+  auto registered = rt_.object_types.find(type);
+  if (registered == rt_.object_types.end() || !rt_.running())
+    return false;
+  auto claimed = rt_.stores->with([&](persistence::store& db) {
+    return db.claim_object(type, key, rt_.cfg.executor_id);
+  });
+  if (!claimed)
+    return false; // another live process holds it
+  object_activation a;
+  a.entry = &registered->second;
+  std::vector<std::string> ids;
+  for (auto& run : claimed->inbox)
+    ids.push_back(run.id);
+  if (!ids.empty())
+    a.journals = rt_.stores->with(
+      [&](persistence::store& db) { return db.load_journals(ids); });
+  auto epoch = claimed->object.owner.epoch;
+  a.claimed = std::move(*claimed);
+  std::lock_guard guard{mtx_};
+  // Spawned under the lock: the actor is in the directory before it can
+  // ask to leave.
+  auto actor = rt_.spawn_object(std::move(a));
+  if (!actor)
+    return false; // stopping
+  active_[id_of(type, key)] = entry{*actor, epoch, 0};
+  return true;
+}
+
+void object_directory::recover() {
+  if (rt_.object_types.empty())
+    return;
+  std::vector<std::string> types;
+  for (auto& [type, entry] : rt_.object_types)
+    types.push_back(type);
+  for (;;) {
+    auto keys = rt_.stores->with([&](persistence::store& db) {
+      return db.claimable_objects(rt_.cfg.executor_id, types, 512);
+    });
+    std::size_t claimed = 0;
+    for (auto& [type, key] : keys) {
+      reach(type, key, false);
+      std::lock_guard guard{mtx_};
+      claimed += active_.count(id_of(type, key));
+    }
+    // Keys held here were taken; a full page may hide more.
+    if (keys.size() < 512 || claimed == 0)
+      return;
+  }
+}
+
+void object_directory::stopped(const std::string& type, const std::string& key,
+                               const caf::actor& actor, bool revive) {
+  auto id = id_of(type, key);
+  std::lock_guard guard{mtx_};
+  if (auto i = active_.find(id); i != active_.end() && i->second.actor == actor)
+    active_.erase(i);
+  if (revive) {
+    if (orphans_.empty())
+      orphans_due_ = std::chrono::steady_clock::now() + rt_.cfg.orphan_retry;
+    orphans_.emplace(std::move(id), std::make_pair(type, key));
+  }
+}
+
+bool object_directory::try_passivate(const std::string& type,
+                                     const std::string& key,
+                                     const caf::actor& actor,
+                                     std::uint64_t received) {
+  std::lock_guard guard{mtx_};
+  auto i = active_.find(id_of(type, key));
+  if (i == active_.end() || i->second.actor != actor
+      || i->second.handed != received)
+    return false;
+  active_.erase(i);
+  return true;
+}
+
+bool object_directory::revival_due() {
+  std::lock_guard guard{mtx_};
+  return !orphans_.empty()
+         && std::chrono::steady_clock::now() >= orphans_due_;
+}
+
+void object_directory::revive_due() {
+  decltype(orphans_) due;
+  {
+    std::lock_guard guard{mtx_};
+    due.swap(orphans_);
+  }
+  for (auto& [id, which] : due)
+    reach(which.first, which.second, false);
+}
+
+std::vector<caf::actor> object_directory::actors() {
+  std::lock_guard guard{mtx_};
+  std::vector<caf::actor> out;
+  for (auto& [id, e] : active_)
+    out.push_back(e.actor);
+  return out;
+}
+
+std::size_t object_directory::size() {
+  std::lock_guard guard{mtx_};
+  return active_.size();
+}
+
+} // namespace perdure::detail

@@ -1,0 +1,90 @@
+#pragma once
+
+// Which keys have an actor in this process, and how an invocation reaches
+// its key's actor: handed in memory when the key is active here, else
+// claimed from the store (the key is free, ours, or its holder gone), else
+// announced to the process holding it.
+
+#include <caf/actor.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "perdure/persistence/records.hpp"
+
+namespace perdure::detail {
+
+class runtime_impl;
+
+class object_directory {
+public:
+  explicit object_directory(runtime_impl& rt);
+
+  /// Fills in `run`'s status and owner (PENDING under the key's epoch if
+  /// the key is active here, else ENQUEUED) before it is stored; returns
+  /// the actor to hand it to once stored, if any.
+  std::optional<caf::actor> prepare(persistence::run_record& run);
+
+  /// `run` is stored: hands it to `to` if that is still the key's actor at
+  /// the run's epoch, else makes sure the key's holder takes it.
+  void deliver(const std::optional<caf::actor>& to,
+               persistence::run_record run);
+
+  /// Makes sure the key's invocations in the store reach its holder: tells
+  /// the actor here, or claims the key (free, ours, or its holder gone),
+  /// or, if `announce`, tells the process holding it.
+  void reach(const std::string& type, const std::string& key, bool announce);
+
+  /// Claims the keys with unended invocations that nobody live holds (a
+  /// start, a takeover).
+  void recover();
+
+  /// The key's actor `actor` left; `revive`: claim the key again soon.
+  void stopped(const std::string& type, const std::string& key,
+               const caf::actor& actor, bool revive);
+
+  /// The key's actor `actor`, idle, asks to leave memory, having received
+  /// `received` invocations handed to it: true if none is on its way.
+  bool try_passivate(const std::string& type, const std::string& key,
+                     const caf::actor& actor, std::uint64_t received);
+
+  /// Claims again the keys whose actors left in doubt, when due.
+  void revive_due();
+
+  /// Returns whether keys wait for `revive_due` now.
+  bool revival_due();
+
+  /// Returns the actors in memory (to stop them).
+  std::vector<caf::actor> actors();
+
+  /// Returns how many keys have an actor here.
+  std::size_t size();
+
+private:
+  struct entry {
+    caf::actor actor;
+    std::int64_t epoch = 0;
+    std::uint64_t handed = 0;
+  };
+
+  static std::string id_of(const std::string& type, const std::string& key);
+
+  /// Claims the key and spawns its actor; returns whether it is active here.
+  bool activate(const std::string& type, const std::string& key);
+
+  runtime_impl& rt_;
+  std::mutex mtx_;
+  std::condition_variable settled_;
+  std::unordered_map<std::string, entry> active_;
+  std::unordered_set<std::string> activating_;
+  std::unordered_map<std::string, std::pair<std::string, std::string>> orphans_;
+  std::chrono::steady_clock::time_point orphans_due_;
+};
+
+} // namespace perdure::detail

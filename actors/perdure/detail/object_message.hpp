@@ -1,0 +1,38 @@
+#pragma once
+
+// What an object actor is told, as one type (one handler, as for runs).
+
+#include <cstdint>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "perdure/detail/run_message.hpp"
+#include "perdure/persistence/records.hpp"
+
+namespace perdure::detail {
+
+/// An invocation stored PENDING under the key's current epoch by this
+/// process: it joins the queue.
+struct invocation_arrived {
+  persistence::run_record run;
+};
+
+/// Other processes stored invocations of this key (ENQUEUED): take them.
+struct inbox_news {};
+
+/// What taking the ENQUEUED invocations found; nothing if the key is no
+/// longer this actor's.
+struct inbox_taken {
+  std::optional<std::vector<persistence::run_record>> runs;
+};
+
+/// Idle since `generation`: leave memory if still idle.
+struct idle_check {
+  std::uint64_t generation = 0;
+};
+
+using object_message = std::variant<tagged_run_message, invocation_arrived,
+                                    inbox_news, inbox_taken, idle_check>;
+
+} // namespace perdure::detail

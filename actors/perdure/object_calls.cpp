@@ -1,0 +1,169 @@
+// Calls of virtual objects from application code: an invocation is a run in
+// the key's inbox, stored before the caller hears back, then handed to (or
+// claimed by, or announced to) the key's holder.
+
+#include <future>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/object_directory.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/runtime.hpp"
+
+namespace perdure {
+
+namespace {
+
+/// Returns the id of the invocation an idempotency key names: one per
+/// object, ever.
+std::string idempotent_id(std::string_view type, std::string_view key,
+                          const std::string& idempotency_key) {
+  auto id = "o:" + std::string{type} + '\x1f' + std::string{key} + '\x1f'
+            + idempotency_key;
+  return id;
+}
+
+/// Throws `conflicting_id` unless `existing` is the same call as `run`.
+void check_same_call(const persistence::run_record& existing,
+                     const persistence::run_record& run) {
+  if (existing.name != run.name || existing.inputs != run.inputs)
+    throw error(errc::conflicting_id,
+                "idempotency key of call '" + run.id
+                  + "' was used before for another handler or input");
+}
+
+} // namespace
+
+std::string client::invoke(std::string_view type, std::string_view key,
+                           std::string_view handler, std::string inputs,
+                           call_options opts) {
+  auto& rt = *impl_;
+  if (!rt.running())
+    throw error(errc::not_running, "start() the runtime before calling objects");
+  detail::check_name("object type", type);
+  detail::check_name("object key", key);
+  detail::check_name("handler name", handler);
+  if (!rt.client_mode) {
+    auto t = rt.object_types.find(std::string{type});
+    if (t == rt.object_types.end())
+      throw error(errc::unknown_workflow,
+                  "no object type registered as '" + std::string{type} + "'");
+    if (t->second.handlers.count(std::string{handler}) == 0)
+      throw error(errc::unknown_workflow,
+                  "object type '" + std::string{type} + "' has no handler '"
+                    + std::string{handler} + "'");
+    rt.check_lease();
+  }
+  if (inputs.size() > rt.cfg.max_payload_bytes)
+    throw error(errc::payload_too_large,
+                "input of " + std::to_string(inputs.size())
+                  + " bytes exceeds the limit of "
+                  + std::to_string(rt.cfg.max_payload_bytes));
+  persistence::run_record run;
+  run.id = opts.idempotency_key.empty()
+             ? detail::random_id()
+             : idempotent_id(type, key, opts.idempotency_key);
+  if (!opts.idempotency_key.empty())
+    detail::check_name("idempotency key", run.id);
+  run.name = std::string{handler};
+  run.inputs = std::move(inputs);
+  run.app_version = rt.cfg.app_version;
+  run.created_at_ms = detail::now_ms();
+  run.object_type = std::string{type};
+  run.object_key = std::string{key};
+  detail::runtime_impl::client_call call{rt};
+  bool created = false;
+  if (rt.client_mode) {
+    run.status = run_status::enqueued;
+    auto stored = rt.stores->with(
+      [&](persistence::store& db) { return db.create_run(run); });
+    created = stored.created;
+    if (!created)
+      check_same_call(stored.run, run);
+    try {
+      rt.stores->with([&](persistence::store& db) {
+        db.notify("o:" + run.object_type + '\x1f' + run.object_key);
+      });
+    } catch (const std::exception& ex) {
+      // Stored anyway: runtimes claim keys with waiting invocations.
+      rt.log().warn("perdure: could not announce call {}: {}", run.id,
+                    ex.what());
+    }
+    return run.id;
+  }
+  // Through the group-commit writer, like starts: calls from many threads
+  // share a commit. Durable first, then delivered.
+  auto to = rt.objects->prepare(run);
+  std::promise<persistence::write_result> written;
+  auto ack = written.get_future();
+  rt.writer->create(run, [&written](persistence::write_result r) {
+    written.set_value(std::move(r));
+  });
+  auto result = ack.get();
+  switch (result.ack) {
+    case persistence::write_ack::committed:
+      rt.objects->deliver(to, run);
+      return run.id;
+    case persistence::write_ack::failed:
+    case persistence::write_ack::superseded:
+      // It may have committed all the same: the key's next claim takes it.
+      throw error(result.error == errc::store_full ? errc::store_full
+                                                   : errc::store_unavailable,
+                  "could not store call '" + run.id + "': the database is "
+                    + (result.error == errc::store_full ? "full"
+                                                        : "unavailable"));
+    case persistence::write_ack::rejected:
+      break;
+  }
+  // The idempotency key was used: the same call returns the first one.
+  auto existing = rt.stores->with(
+    [&](persistence::store& db) { return db.get_run(run.id); });
+  if (!existing)
+    throw error(errc::store_error, "call '" + run.id + "' vanished");
+  check_same_call(*existing, run);
+  if (existing->status == run_status::enqueued
+      || existing->status == run_status::pending)
+    rt.objects->reach(run.object_type, run.object_key, true);
+  return run.id;
+}
+
+std::optional<std::string> client::state_bytes(std::string_view type,
+                                               std::string_view key) {
+  if (!impl_->running())
+    throw error(errc::not_running, "start() the runtime before reading objects");
+  detail::runtime_impl::client_call call{*impl_};
+  auto object = impl_->stores->with(
+    [&](persistence::store& db) { return db.get_object(type, key); });
+  if (!object || object->state.empty())
+    return std::nullopt;
+  return std::move(object->state);
+}
+
+std::vector<std::string> client::list_objects(std::string_view type,
+                                              std::string_view after,
+                                              std::int64_t limit) {
+  if (limit < 1 || limit > 1000)
+    throw error(errc::invalid_argument, "limit must be 1 to 1000");
+  if (!impl_->running())
+    throw error(errc::not_running, "start() the runtime before listing objects");
+  detail::runtime_impl::client_call call{*impl_};
+  return impl_->stores->with([&](persistence::store& db) {
+    return db.list_object_keys(type, after, limit);
+  });
+}
+
+detail::object_entry& runtime::add_object(
+  std::string type,
+  std::function<std::unique_ptr<detail::state_box>()> make_state) {
+  detail::check_name("object type", type);
+  if (impl_->running())
+    throw error(errc::invalid_argument,
+                "register object type '" + type + "' before start()");
+  auto [i, added] = impl_->object_types.emplace(type, detail::object_entry{});
+  if (!added)
+    throw error(errc::invalid_argument,
+                "object type '" + type + "' is already registered");
+  i->second.make_state = std::move(make_state);
+  return i->second;
+}
+
+} // namespace perdure

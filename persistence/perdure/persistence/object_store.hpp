@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "perdure/persistence/records.hpp"
+
+namespace perdure::persistence {
+
+/// Virtual objects: who holds a key, its state, its inbox. An invocation is
+/// a run (see `run_record::object_type`): created like any run, ended by an
+/// `invocation_commit` through the writer. One role of `store`.
+class object_store {
+public:
+  virtual ~object_store() = default;
+
+  /// Takes key (`type`, `key`) for `executor` if nobody holds it, `executor`
+  /// holds it already, or its holder's lease is not live (stopped, lapsed):
+  /// the key's epoch goes up by one, and its unended invocations come under
+  /// `executor` at that epoch (ENQUEUED ones become PENDING). Returns the
+  /// object and those invocations, oldest first; nothing if another live
+  /// executor holds the key or `executor` lost its lease.
+  virtual std::optional<claimed_object>
+  claim_object(std::string_view type, std::string_view key,
+               std::string_view executor)
+    = 0;
+
+  /// Takes the key's ENQUEUED invocations (stored by other processes since
+  /// the claim) under `owner`, the key's holder, oldest first. Returns
+  /// nothing if `owner` no longer holds the key.
+  virtual std::optional<std::vector<run_record>>
+  take_inbox(std::string_view type, std::string_view key, const fence& owner)
+    = 0;
+
+  /// Returns the object's row, if it has one.
+  virtual std::optional<object_record> get_object(std::string_view type,
+                                                  std::string_view key)
+    = 0;
+
+  /// Returns up to `limit` keys of the `types` with unended invocations
+  /// that `executor` may claim (see `claim_object`), as (type, key).
+  virtual std::vector<std::pair<std::string, std::string>>
+  claimable_objects(std::string_view executor,
+                    const std::vector<std::string>& types, std::int64_t limit)
+    = 0;
+
+  /// Returns up to `limit` keys of `type` after `after`, in key order.
+  virtual std::vector<std::string> list_object_keys(std::string_view type,
+                                                    std::string_view after,
+                                                    std::int64_t limit)
+    = 0;
+};
+
+} // namespace perdure::persistence

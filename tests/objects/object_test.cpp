@@ -1,0 +1,282 @@
+// Virtual objects as users write them, on the store under test: keyed state
+// with exclusive handlers, a durable inbox, exactly-once state.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perdure/perdure.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct counter {
+  std::int64_t total = 0;
+  std::vector<std::int64_t> seen;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(CEREAL_NVP(total), CEREAL_NVP(seen));
+  }
+};
+
+class object_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+  }
+
+  /// A runtime with type "counter": add (exclusive), add_logged (keeps
+  /// the order of its inputs), fail_after_add (changes state, then
+  /// fails), read (shared), add_in_step (its effect counted in a step).
+  std::unique_ptr<runtime> make(config cfg) {
+    auto rt = std::make_unique<runtime>(std::move(cfg));
+    rt->register_object<counter>("counter")
+      .handler("add",
+               [](object_context<counter>& ctx, std::int64_t n)
+                 -> task<std::int64_t> {
+                 ctx.state().total += n;
+                 co_return ctx.state().total;
+               })
+      .handler("add_logged",
+               [](object_context<counter>& ctx, std::int64_t n) -> task<void> {
+                 ctx.state().seen.push_back(n);
+                 co_return;
+               })
+      .handler("fail_after_add",
+               [](object_context<counter>& ctx, std::int64_t n)
+                 -> task<std::int64_t> {
+                 ctx.state().total += n;
+                 throw terminal_error("refused");
+                 co_return 0;
+               })
+      .handler("read",
+               [](shared_object_context<counter>& ctx) -> task<std::int64_t> {
+                 co_return ctx.state().total;
+               })
+      .handler("add_in_step",
+               [this](object_context<counter>& ctx, std::int64_t n)
+                 -> task<std::int64_t> {
+                 auto got = co_await ctx.step("count", [&] {
+                   ++steps_run_;
+                   return n;
+                 });
+                 ctx.state().total += got;
+                 co_return ctx.state().total;
+               });
+    return rt;
+  }
+
+  std::unique_ptr<runtime> make() {
+    return make(db_.runtime_config());
+  }
+
+  test::database db_;
+  std::atomic<int> steps_run_{0};
+};
+
+TEST_F(object_test, concurrent_callers_over_many_keys_leave_exact_totals) {
+  auto rt = make();
+  rt->start();
+  constexpr int callers = 64;
+  constexpr int keys = 1000;
+  constexpr int calls_each = 40;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < callers; ++c)
+    threads.emplace_back([&, c] {
+      for (int i = 0; i < calls_each; ++i) {
+        auto key = "k" + std::to_string((c * calls_each + i) % keys);
+        try {
+          rt->call<std::int64_t>("counter", key, "add", std::int64_t{1});
+        } catch (const std::exception& ex) {
+          ++failures;
+          ADD_FAILURE() << ex.what();
+        }
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(failures, 0);
+  std::map<std::string, std::int64_t> expected;
+  for (int n = 0; n < callers * calls_each; ++n)
+    ++expected["k" + std::to_string(n % keys)];
+  std::int64_t sum = 0;
+  for (auto& [key, count] : expected) {
+    auto state = rt->object_state<counter>("counter", key);
+    ASSERT_TRUE(state) << key;
+    EXPECT_EQ(state->total, count) << key;
+    sum += state->total;
+  }
+  EXPECT_EQ(sum, callers * calls_each);
+}
+
+TEST_F(object_test, one_hot_key_keeps_an_exact_total_and_every_reply_matches) {
+  auto rt = make();
+  rt->start();
+  constexpr int callers = 16;
+  constexpr int calls_each = 50;
+  std::mutex mtx;
+  std::vector<std::int64_t> replies;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < callers; ++c)
+    threads.emplace_back([&] {
+      for (int i = 0; i < calls_each; ++i) {
+        auto r = rt->call<std::int64_t>("counter", "hot", "add",
+                                        std::int64_t{1});
+        std::lock_guard guard{mtx};
+        replies.push_back(r);
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  // Each reply is the total right after its own invocation: one at a time,
+  // every total from 1 to N once.
+  std::sort(replies.begin(), replies.end());
+  for (std::size_t i = 0; i < replies.size(); ++i)
+    ASSERT_EQ(replies[i], static_cast<std::int64_t>(i + 1));
+  EXPECT_EQ(rt->object_state<counter>("counter", "hot")->total,
+            callers * calls_each);
+}
+
+TEST_F(object_test, invocations_of_one_key_run_in_the_order_they_were_stored) {
+  auto rt = make();
+  rt->start();
+  std::vector<workflow_handle<void>> sent;
+  for (std::int64_t n = 0; n < 200; ++n)
+    sent.push_back(rt->send<void>("counter", "fifo", "add_logged", n));
+  for (auto& h : sent)
+    h.get(20s);
+  auto state = rt->object_state<counter>("counter", "fifo");
+  ASSERT_TRUE(state);
+  ASSERT_EQ(state->seen.size(), 200u);
+  for (std::int64_t n = 0; n < 200; ++n)
+    EXPECT_EQ(state->seen[n], n);
+}
+
+TEST_F(object_test, a_failing_handler_changes_no_state) {
+  auto rt = make();
+  rt->start();
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "a", "add", std::int64_t{5}), 5);
+  try {
+    rt->call<std::int64_t>("counter", "a", "fail_after_add", std::int64_t{100});
+    FAIL() << "the handler failed";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::workflow_failed);
+    EXPECT_NE(std::string{ex.what()}.find("refused"), std::string::npos);
+  }
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "a", "add", std::int64_t{1}), 6);
+  EXPECT_EQ(rt->object_state<counter>("counter", "a")->total, 6);
+}
+
+TEST_F(object_test, an_idempotency_key_runs_once_and_returns_the_first_result) {
+  auto rt = make();
+  rt->start();
+  auto first = rt->call<std::int64_t>("counter", "i", "add", std::int64_t{7},
+                                      {.idempotency_key = "pay-1"});
+  rt->call<std::int64_t>("counter", "i", "add", std::int64_t{1});
+  auto again = rt->call<std::int64_t>("counter", "i", "add", std::int64_t{7},
+                                      {.idempotency_key = "pay-1"});
+  EXPECT_EQ(first, 7);
+  EXPECT_EQ(again, 7); // the recorded reply, not a second run
+  EXPECT_EQ(rt->object_state<counter>("counter", "i")->total, 8);
+  // The same key for another call is refused, changing nothing.
+  try {
+    rt->call<std::int64_t>("counter", "i", "add", std::int64_t{9},
+                           {.idempotency_key = "pay-1"});
+    FAIL() << "another input under a used idempotency key";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::conflicting_id);
+  }
+  // Per object: the same key on another object is another call.
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "j", "add", std::int64_t{7},
+                                   {.idempotency_key = "pay-1"}),
+            7);
+}
+
+TEST_F(object_test, shared_handlers_read_the_committed_state) {
+  auto rt = make();
+  rt->start();
+  rt->call<std::int64_t>("counter", "s", "add", std::int64_t{3});
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "s", "read"), 3);
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "never-called", "read"), 0);
+}
+
+TEST_F(object_test, state_and_inbox_survive_leaving_memory_and_restarts) {
+  auto cfg = db_.runtime_config();
+  cfg.object_idle_timeout = 20ms;
+  {
+    auto rt = make(cfg);
+    rt->start();
+    rt->call<std::int64_t>("counter", "p", "add", std::int64_t{2});
+    std::this_thread::sleep_for(100ms); // idle: it left memory
+    EXPECT_EQ(rt->call<std::int64_t>("counter", "p", "add", std::int64_t{3}),
+              5);
+  }
+  auto rt = make(cfg);
+  rt->start();
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "p", "add", std::int64_t{4}), 9);
+}
+
+TEST_F(object_test, handlers_run_steps_once_each) {
+  auto rt = make();
+  rt->start();
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "st", "add_in_step",
+                                   std::int64_t{4}),
+            4);
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "st", "add_in_step",
+                                   std::int64_t{6}),
+            10);
+  EXPECT_EQ(steps_run_, 2);
+}
+
+TEST_F(object_test, unknown_types_handlers_and_bad_names_are_clear_errors) {
+  auto rt = make();
+  rt->start();
+  auto code = [&](auto&& f) {
+    try {
+      f();
+    } catch (const error& ex) {
+      return ex.code();
+    }
+    return errc{};
+  };
+  EXPECT_EQ(code([&] { rt->call<std::int64_t>("nope", "k", "add", 1L); }),
+            errc::unknown_workflow);
+  EXPECT_EQ(code([&] { rt->call<std::int64_t>("counter", "k", "nope", 1L); }),
+            errc::unknown_workflow);
+  EXPECT_EQ(code([&] {
+              rt->call<std::int64_t>("counter", "", "add", std::int64_t{1});
+            }),
+            errc::invalid_argument);
+  // Keys are data, never SQL.
+  auto evil = "k'); DROP TABLE runs; --";
+  EXPECT_EQ(rt->call<std::int64_t>("counter", evil, "add", std::int64_t{1}), 1);
+  EXPECT_EQ(rt->object_state<counter>("counter", evil)->total, 1);
+  auto keys = rt->list_objects("counter");
+  EXPECT_NE(std::find(keys.begin(), keys.end(), evil), keys.end());
+}
+
+TEST_F(object_test, a_client_process_call_reaches_the_runtime_holding_the_key) {
+  auto rt = make();
+  rt->start();
+  rt->call<std::int64_t>("counter", "c", "add", std::int64_t{1}); // held here
+  client helper{db_.runtime_config("helper")};
+  EXPECT_EQ(helper.call<std::int64_t>("counter", "c", "add", std::int64_t{10}),
+            11);
+  // A key nobody holds yet is claimed by the runtime that can run it.
+  EXPECT_EQ(helper.call<std::int64_t>("counter", "fresh", "add",
+                                      std::int64_t{2}),
+            2);
+  EXPECT_EQ(helper.object_state<counter>("counter", "c")->total, 11);
+}
+
+} // namespace
