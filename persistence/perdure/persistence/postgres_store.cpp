@@ -598,7 +598,8 @@ postgres_store::create_child(const fence& parent, const run_record& child) {
       pqxx::binarystring{child.inputs.data(), child.inputs.size()},
       child.owner.executor, child.owner.epoch, child.app_version,
       child.created_at_ms, child.parent_id->c_str(),
-      child.deadline_ms ? deadline.c_str() : nullptr);
+      child.deadline_ms ? deadline.c_str() : nullptr,
+      static_cast<const char*>(nullptr), static_cast<const char*>(nullptr));
     if (res.empty())
       throw pqxx::serialization_failure("run row not yet visible");
     create_result result;
