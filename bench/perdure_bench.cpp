@@ -808,6 +808,81 @@ void timer_lateness(const options& o) {
     .print();
 }
 
+// -- object_throughput ---------------------------------------------------------------
+
+struct tally {
+  std::int64_t total = 0;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(CEREAL_NVP(total));
+  }
+};
+
+/// `o.workflows` calls of an exclusive "add" handler spread over `o.steps`
+/// keys by `o.in_flight` callers, each waiting for its reply: calls/s, reply
+/// latency, and whether every key's total is exact.
+void object_throughput(const options& o) {
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  rt.register_object<tally>("tally").handler(
+    "add", [](object_context<tally>& ctx, std::int64_t n) -> task<std::int64_t> {
+      ctx.state().total += n;
+      co_return ctx.state().total;
+    });
+  rt.start();
+  auto keys = std::max(1, o.steps);
+  std::atomic<int> next{0};
+  std::vector<std::vector<double>> latencies(static_cast<size_t>(o.in_flight));
+  auto t0 = bench_clock::now();
+  {
+    std::vector<std::jthread> callers;
+    for (int c = 0; c < o.in_flight; ++c)
+      callers.emplace_back([&, c] {
+        auto& mine = latencies[static_cast<size_t>(c)];
+        for (int n; (n = next.fetch_add(1)) < o.workflows;) {
+          auto t = bench_clock::now();
+          rt.call<std::int64_t>("tally", "k" + std::to_string(n % keys), "add",
+                                std::int64_t{1});
+          mine.push_back(std::chrono::duration<double, std::micro>(
+                           bench_clock::now() - t)
+                           .count());
+        }
+      });
+  }
+  auto secs = seconds_since(t0);
+  bool exact = true;
+  for (int k = 0; k < keys; ++k) {
+    auto expected = o.workflows / keys + (k < o.workflows % keys ? 1 : 0);
+    auto state = rt.object_state<tally>("tally", "k" + std::to_string(k));
+    if (expected > 0 && (!state || state->total != expected))
+      exact = false;
+  }
+  std::vector<double> all;
+  for (auto& l : latencies)
+    all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double p) {
+    return all.empty() ? 0.0
+                       : all[std::min(all.size() - 1,
+                                      static_cast<size_t>(
+                                        p * static_cast<double>(all.size())))];
+  };
+  auto j = header(o);
+  j.add("calls", o.workflows)
+    .add("keys", keys)
+    .add("callers", o.in_flight)
+    .add("seconds", secs)
+    .add("calls_per_s", o.workflows / secs)
+    .add("p50_us", pct(0.50))
+    .add("p99_us", pct(0.99))
+    .add("totals_ok", exact ? 1.0 : 0.0);
+  if (o.baseline_rows_per_s > 0)
+    j.add("baseline_rows_per_s", o.baseline_rows_per_s)
+      .add("ratio_to_baseline", o.workflows / secs / o.baseline_rows_per_s);
+  j.print();
+}
+
 int main(int argc, char** argv) {
   try {
     auto o = parse(argc, argv);
@@ -829,6 +904,8 @@ int main(int argc, char** argv) {
       return recovery_child(o);
     } else if (o.scenario == "step_throughput_sustained") {
       step_throughput_sustained(o);
+    } else if (o.scenario == "object_throughput") {
+      object_throughput(o);
     } else if (o.scenario == "takeover") {
       takeover(o);
     } else if (o.scenario == "takeover-child") {
