@@ -64,6 +64,14 @@ void child_process::sigkill() {
   kill(pid_, SIGKILL);
   waitpid(pid_, nullptr, 0);
   pid_ = -1;
+  read_rest();
+}
+
+void child_process::read_rest() {
+  // The process is gone: what it wrote is in the pipe, then end of file.
+  char chunk[4096];
+  for (ssize_t n; (n = read(out_, chunk, sizeof chunk)) > 0;)
+    buffer_.append(chunk, static_cast<size_t>(n));
 }
 
 void child_process::signal(int sig) {
@@ -78,6 +86,7 @@ int child_process::wait_exit(std::chrono::seconds timeout) {
     auto r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       pid_ = -1;
+      read_rest();
       return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds{20});

@@ -25,13 +25,15 @@ public:
   /// Waits until it printed `word` (or `timeout` passed).
   bool wait_for(const std::string& word, std::chrono::milliseconds timeout);
 
-  /// SIGKILL, and reaps it.
+  /// SIGKILL, and reaps it (`output()` then holds all it printed).
   void sigkill();
 
   /// Sends `signal` (SIGSTOP, SIGCONT, ...).
   void signal(int signal);
 
   /// Waits for a normal exit; returns the exit code (-1 on timeout/signal).
+  /// A child printing more than a pipe holds (64 KiB) meanwhile blocks:
+  /// `wait_for` its last word instead.
   int wait_exit(std::chrono::seconds timeout);
 
   pid_t pid() const noexcept {
@@ -43,6 +45,9 @@ public:
   }
 
 private:
+  /// Reads what a process that ended left in the pipe.
+  void read_rest();
+
   pid_t pid_ = -1;
   int out_ = -1;
   std::string buffer_;

@@ -1,0 +1,103 @@
+// The process the object crash tests kill. It calls "deposit" on K
+// "account" objects, `calls` times in all from T threads, each call with its
+// own idempotency key ("c<n>"), and prints every reply ("R <n> <total>").
+// Killed and started again, it calls again with the same keys: a call that
+// ran gets its recorded reply. The handler takes a probe (side table
+// `probe`, one row per key while a handler holds it) in a step: a second
+// holder of one key at once is recorded in `overlaps`.
+//
+//   perdure-object-worker <url> <schema> <executor> <calls> <keys> <threads>
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perdure/perdure.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct account {
+  std::int64_t total = 0;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(CEREAL_NVP(total));
+  }
+};
+
+test::database db;
+std::string executor;
+
+/// Holds key `key`'s probe for a moment; records any other holder seen.
+void probe(const std::string& key) {
+  auto& sql = test::thread_client(db);
+  auto table = sql.table("probe");
+  auto holder = sql.exec("SELECT holder FROM " + table + " WHERE key = $1",
+                         {key});
+  if (!holder.rows.empty() && holder.rows[0][0].value_or("") != executor)
+    sql.exec("INSERT INTO " + sql.table("overlaps")
+               + " (key, seen, me, at) VALUES ($1, $2, $3, $4)",
+             {key, holder.rows[0][0].value_or(""), executor,
+              test::wall_ms()});
+  sql.exec("DELETE FROM " + table + " WHERE key = $1", {key});
+  sql.exec("INSERT INTO " + table + " (key, holder) VALUES ($1, $2)",
+           {key, executor});
+  std::this_thread::sleep_for(2ms);
+  sql.exec("DELETE FROM " + table + " WHERE key = $1 AND holder = $2",
+           {key, executor});
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 7) {
+    std::cerr << "usage: perdure-object-worker <url> <schema> <executor> "
+                 "<calls> <keys> <threads>\n";
+    return 2;
+  }
+  db = test::database::named(argv[1], argv[2]);
+  executor = argv[3];
+  int calls = std::stoi(argv[4]);
+  int keys = std::stoi(argv[5]);
+  int threads = std::stoi(argv[6]);
+  auto cfg = db.runtime_config(executor);
+  cfg.lease_timeout = 2s;
+  runtime rt{cfg};
+  rt.register_object<account>("account").handler(
+    "deposit",
+    [](object_context<account>& ctx, std::int64_t n) -> task<std::int64_t> {
+      co_await ctx.step("probe", [&] {
+        probe(ctx.key());
+        return 0;
+      });
+      ctx.state().total += n;
+      co_return ctx.state().total;
+    });
+  rt.start();
+  std::cout << "READY" << std::endl;
+  std::mutex out;
+  std::atomic<int> next{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < threads; ++t)
+    callers.emplace_back([&] {
+      for (int n; (n = next.fetch_add(1)) < calls;) {
+        auto reply = rt.call<std::int64_t>(
+          "account", "acct-" + std::to_string(n % keys), "deposit",
+          std::int64_t{1}, {.idempotency_key = "c" + std::to_string(n)});
+        std::lock_guard guard{out};
+        std::cout << "R " << n << " " << reply << std::endl;
+      }
+    });
+  for (auto& t : callers)
+    t.join();
+  std::cout << "DONE" << std::endl;
+  return 0;
+}
