@@ -297,6 +297,33 @@ public:
     return {*core_, std::move(op)};
   }
 
+  /// Sends a call of handler `handler` of object `key` of type `type` with
+  /// `input` to the key's inbox, durably and once (replay sends nothing
+  /// twice), and goes on: `co_await` the returned handle for the reply. A
+  /// call that would wait for a key this call chain holds (A calls A, A
+  /// calls B calls A) fails at once with a `terminal_error` naming the
+  /// cycle.
+  template <class R, class A>
+  detail::child_start<R> send(const std::string& type, const std::string& key,
+                              const std::string& handler, const A& input) {
+    auto op = next_operation(persistence::entry_kind::child, "call", {});
+    op.child_workflow = handler;
+    op.object_type = type;
+    op.object_key = key;
+    op.payload = persistence::encode(input, core_->payload_encoding());
+    op.name = core_->run_id() + "." + std::to_string(op.seq);
+    return {*core_, std::move(op)};
+  }
+
+  /// Calls handler `handler` of object `key` with `input` and returns its
+  /// reply (see `send`); a handler that failed throws `terminal_error`.
+  template <class R, class A>
+  task<R> call(std::string type, std::string key, std::string handler,
+               A input) {
+    auto reply = co_await send<R>(type, key, handler, input);
+    co_return co_await reply;
+  }
+
 private:
   /// Throws `terminal_error` ("no <what>") unless `id` can name a run.
   static void check_target(const std::string& id, const std::string& what) {

@@ -71,7 +71,43 @@ protected:
                  });
                  ctx.state().total += got;
                  co_return ctx.state().total;
+               })
+      .handler("call_add",
+               [](object_context<counter>& ctx,
+                  std::pair<std::string, std::int64_t> to)
+                 -> task<std::int64_t> {
+                 auto reply = co_await ctx.call<std::int64_t>(
+                   "counter", to.first, "add", to.second);
+                 ctx.state().total += 1000;
+                 co_return reply;
+               })
+      .handler("call_back",
+               [](object_context<counter>& ctx, std::string other)
+                 -> task<std::int64_t> {
+                 // other calls add on this key, which waits for this call.
+                 co_return co_await ctx.call<std::int64_t>(
+                   "counter", other, "call_add",
+                   std::pair<std::string, std::int64_t>{ctx.key(), 1});
+               })
+      .handler("doubled_by_child",
+               [](object_context<counter>& ctx) -> task<std::int64_t> {
+                 auto child = co_await ctx.start_child<std::int64_t>(
+                   "double", ctx.state().total);
+                 ctx.state().total = co_await child;
+                 co_return ctx.state().total;
                });
+    rt->register_workflow("double",
+                          [](workflow_context&, std::int64_t n)
+                            -> task<std::int64_t> { co_return 2 * n; });
+    rt->register_workflow(
+      "transfer",
+      [](workflow_context& ctx, std::pair<std::string, std::string> between)
+        -> task<std::int64_t> {
+        co_await ctx.call<std::int64_t>("counter", between.first, "add",
+                                        std::int64_t{-30});
+        co_return co_await ctx.call<std::int64_t>("counter", between.second,
+                                                  "add", std::int64_t{30});
+      });
     return rt;
   }
 
@@ -277,6 +313,55 @@ TEST_F(object_test, a_client_process_call_reaches_the_runtime_holding_the_key) {
                                       std::int64_t{2}),
             2);
   EXPECT_EQ(helper.object_state<counter>("counter", "c")->total, 11);
+}
+
+TEST_F(object_test, workflows_and_objects_call_objects_durably) {
+  auto rt = make();
+  rt->start();
+  rt->call<std::int64_t>("counter", "from", "add", std::int64_t{100});
+  auto to = rt->start_workflow<std::int64_t>(
+                "transfer", std::pair<std::string, std::string>{"from", "to"})
+              .get(20s);
+  EXPECT_EQ(to, 30);
+  EXPECT_EQ(rt->object_state<counter>("counter", "from")->total, 70);
+  // An object calling another: the reply comes back, both states commit.
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "x", "call_add",
+                                   std::pair<std::string, std::int64_t>{"to",
+                                                                        5}),
+            35);
+  EXPECT_EQ(rt->object_state<counter>("counter", "x")->total, 1000);
+  // An object starting a workflow and waiting for it.
+  rt->call<std::int64_t>("counter", "d", "add", std::int64_t{21});
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "d", "doubled_by_child"), 42);
+}
+
+TEST_F(object_test, call_cycles_fail_at_once_naming_the_cycle) {
+  auto rt = make();
+  rt->start();
+  auto message = [&](auto&& f) {
+    try {
+      f();
+    } catch (const error& ex) {
+      return std::string{ex.what()};
+    }
+    return std::string{"no error"};
+  };
+  // A calls A.
+  auto self = message([&] {
+    rt->call<std::int64_t>("counter", "a", "call_add",
+                           std::pair<std::string, std::int64_t>{"a", 1});
+  });
+  EXPECT_NE(self.find("call cycle: counter/a -> counter/a"), std::string::npos)
+    << self;
+  // A calls B, which calls A.
+  auto loop = message(
+    [&] { rt->call<std::int64_t>("counter", "a", "call_back", std::string{"b"}); });
+  EXPECT_NE(loop.find("call cycle: counter/a -> counter/b -> counter/a"),
+            std::string::npos)
+    << loop;
+  // Neither changed anything, and both keys still serve calls.
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "a", "add", std::int64_t{1}), 1);
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "b", "add", std::int64_t{1}), 1);
 }
 
 } // namespace

@@ -185,6 +185,8 @@ void execution::init(execution_host& host, mailbox box, runtime_impl& r,
   epoch = run.owner.epoch;
   if (run.parent_id)
     parent_id = std::make_unique<std::string>(std::move(*run.parent_id));
+  if (!run.call_chain.empty())
+    call_chain = std::make_unique<std::string>(std::move(run.call_chain));
   pending_start = std::make_unique<start_info>(
     start_info{std::move(run.name), std::move(run.inputs)});
   encoding_ = rt->cfg.payload_encoding;
@@ -428,8 +430,10 @@ std::int64_t execution::passivate_after_ms() const {
 void execution::stop(std::optional<run_outcome> outcome) {
   auto ended = outcome.has_value();
   rt->run_stopped(run_id_, std::move(outcome), epoch);
-  if (ended && parent_id)
+  if (ended && parent_id) {
     rt->wake(*parent_id, -1); // a parent may be waiting for this end
+    rt->announce('w', *parent_id); // in another process (a call's caller)
+  }
   leave();
 }
 

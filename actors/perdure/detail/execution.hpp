@@ -78,6 +78,12 @@ public:
   virtual bool may_passivate() const {
     return true;
   }
+
+  /// Returns the key the run holds while it runs (`type \x1f key`), if it
+  /// is an object's invocation: its calls must not wait for that key.
+  virtual std::string held_key() const {
+    return {};
+  }
 };
 
 class execution;
@@ -161,6 +167,9 @@ private:
   /// in the config, not per run).
   std::int64_t epoch = 0;
   std::unique_ptr<std::string> parent_id; // null: none
+  /// The keys held by the calls this run serves (see
+  /// `run_record::call_chain`); null: none.
+  std::unique_ptr<std::string> call_chain;
   /// What starting the code needs (workflow name, inputs); gone after.
   struct start_info {
     std::string name;
@@ -227,6 +236,10 @@ private:
   /// a step outcome, which is then checkpointed: a crash in between creates
   /// nothing twice (same id) and starts nothing twice (it is running).
   void start_child();
+
+  /// `start_child` for a call of an object's handler: the invocation is
+  /// stored in the key's inbox (fenced by this run) and delivered.
+  void start_call();
 
   // -- sleeping -----------------------------------------------------------------
 

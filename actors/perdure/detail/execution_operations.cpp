@@ -132,6 +132,10 @@ void execution::deliver() {
 }
 
 void execution::start_child() {
+  if (!op->object_type.empty()) {
+    start_call();
+    return;
+  }
   ++attempt;
   persistence::run_record child;
   child.id = op->name;

@@ -81,6 +81,8 @@ struct invocation final : execution_host {
   bool may_passivate() const override {
     return false; // it holds the key while it waits
   }
+
+  std::string held_key() const override;
 };
 
 /// The object actor's state.
@@ -131,6 +133,10 @@ invocation::start_code(run_core& core, const std::string& name,
   shared = h->second.shared;
   return h->second.start(core, obj->state->get(), obj->key, std::move(inputs),
                          enc);
+}
+
+std::string invocation::held_key() const {
+  return obj->type + '\x1f' + obj->key;
 }
 
 persistence::write invocation::final_write(persistence::completion_write c) {

@@ -81,6 +81,9 @@ struct operation {
   /// An event's value; a child's workflow name and inputs.
   std::string payload;
   std::string child_workflow;
+  /// A call of an object's handler (`child_workflow`): the object.
+  std::string object_type;
+  std::string object_key;
   /// What a `send` or `resolve` delivers (shared: retries reuse it).
   std::shared_ptr<const persistence::delivery> delivery;
 };

@@ -108,7 +108,7 @@ std::optional<std::string> opt_text(const pqxx::field& f) {
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id, deadline";
+    "parent_id, deadline, call_chain";
 
 /// Reads the run columns starting at column `first`.
 run_record read_run(const pqxx::row& all, int first = 0) {
@@ -135,6 +135,7 @@ run_record read_run(const pqxx::row& all, int first = 0) {
   r.parent_id = opt_text(row(13));
   if (!row(14).is_null())
     r.deadline_ms = row(14).as<std::int64_t>();
+  r.call_chain = opt_text(row(15)).value_or(std::string{});
   return r;
 }
 
@@ -331,10 +332,11 @@ void postgres_store::connect() {
              "WITH ins AS (INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
                  "app_version, created_at, updated_at, parent_id, deadline, "
-                 "object_type, object_key, inbox_seq) VALUES ($1, $2, $3, $4, "
-                 "$5, $6, $7, $8, $8, $9, $10, $11, $12, CASE WHEN $11::text "
-                 "IS NULL THEN NULL ELSE nextval('"
-               + s + "inbox_seq') END) ON CONFLICT (id) DO NOTHING RETURNING "
+                 "object_type, object_key, inbox_seq, call_chain) VALUES ($1, "
+                 "$2, $3, $4, $5, $6, $7, $8, $8, $9, $10, $11, $12, CASE WHEN "
+                 "$11::text IS NULL THEN NULL ELSE nextval('"
+               + s + "inbox_seq') END, $13) ON CONFLICT (id) DO NOTHING "
+                     "RETURNING "
                + run_columns + ") SELECT true, " + run_columns
                + " FROM ins UNION ALL SELECT false, " + run_columns + " FROM "
                + s + "runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
@@ -573,7 +575,8 @@ create_result postgres_store::create_run(const run_record& run) {
       run.parent_id ? run.parent_id->c_str() : nullptr,
       run.deadline_ms ? deadline.c_str() : nullptr,
       run.object_type.empty() ? nullptr : run.object_type.c_str(),
-      run.object_type.empty() ? nullptr : run.object_key.c_str());
+      run.object_type.empty() ? nullptr : run.object_key.c_str(),
+      run.call_chain.empty() ? nullptr : run.call_chain.c_str());
     if (res.empty()) {
       // Another transaction inserted it and has not committed yet: retry.
       throw pqxx::serialization_failure("run row not yet visible");
@@ -599,7 +602,9 @@ postgres_store::create_child(const fence& parent, const run_record& child) {
       child.owner.executor, child.owner.epoch, child.app_version,
       child.created_at_ms, child.parent_id->c_str(),
       child.deadline_ms ? deadline.c_str() : nullptr,
-      static_cast<const char*>(nullptr), static_cast<const char*>(nullptr));
+      child.object_type.empty() ? nullptr : child.object_type.c_str(),
+      child.object_type.empty() ? nullptr : child.object_key.c_str(),
+      child.call_chain.empty() ? nullptr : child.call_chain.c_str());
     if (res.empty())
       throw pqxx::serialization_failure("run row not yet visible");
     create_result result;
@@ -1488,7 +1493,7 @@ std::vector<run_record> read_inbox(const pqxx::result& res,
     auto run = read_run(row);
     run.object_type = type;
     run.object_key = key;
-    rows.emplace_back(row[15].is_null() ? 0 : row[15].as<std::int64_t>(),
+    rows.emplace_back(row[16].is_null() ? 0 : row[16].as<std::int64_t>(),
                       std::move(run));
   }
   std::sort(rows.begin(), rows.end(),
@@ -1585,7 +1590,10 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
         "= i.error, updated_at = i.at FROM inv i WHERE r.id = i.run_id AND "
         "r.executor = i.executor AND r.epoch = i.epoch AND (r.status = "
         "'PENDING' OR r.status = i.status) AND (i.type, i.key) IN (SELECT "
-        "type, key FROM held) RETURNING r.id), stated AS (UPDATE " + s
+        "type, key FROM held) RETURNING r.id, r.parent_id, i.at), woken AS "
+        "(UPDATE " + s
+      + "runs p SET wake_at = 0 FROM done d WHERE p.id = d.parent_id AND "
+        "p.wake_at > d.at), stated AS (UPDATE " + s
       + "objects o SET state = decode(l.state, 'hex'), version = o.version + "
         "1, updated_at = l.at FROM (SELECT DISTINCT ON (type, key) type, key, "
         "state, at FROM inv WHERE state IS NOT NULL AND run_id IN (SELECT id "

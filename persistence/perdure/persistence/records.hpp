@@ -106,6 +106,10 @@ struct run_record {
   /// stored. Recovery and takeover of runs leave them to their object.
   std::string object_type;
   std::string object_key;
+  /// The keys held by the calls this run serves, outermost first (each
+  /// `type \x1f key`, joined by `\x1e`): calling one of them would wait
+  /// for itself.
+  std::string call_chain;
 };
 
 /// A virtual object's durable row: its state (empty before its first

@@ -245,7 +245,7 @@ private:
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id, deadline";
+    "parent_id, deadline, call_chain";
 
 /// Reads a journal row selected as `run_id, seq, kind, name, outcome,
 /// payload, error, created_at` (a bad row comes back unreadable).
@@ -279,6 +279,7 @@ run_record read_run(Statement& st) {
   r.parent_id = st.opt_text(13);
   if (!st.is_null(14))
     r.deadline_ms = st.int64(14);
+  r.call_chain = st.opt_text(15).value_or(std::string{});
   return r;
 }
 
@@ -413,8 +414,9 @@ int sqlite_store::schema_version() {
 bool sqlite_store::insert_run(const run_record& run) {
   prepare("INSERT INTO runs (id, name, status, inputs, executor, epoch, "
           "app_version, created_at, updated_at, parent_id, deadline, "
-          "object_type, object_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
-          "?8, ?9, ?10, ?11, ?12) ON CONFLICT (id) DO NOTHING")
+          "object_type, object_key, call_chain) VALUES (?1, ?2, ?3, ?4, ?5, "
+          "?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT (id) DO "
+          "NOTHING")
     .bind(1, run.id)
     .bind(2, run.name)
     .bind(3, to_string(run.status))
@@ -429,6 +431,8 @@ bool sqlite_store::insert_run(const run_record& run) {
                                           : std::optional{run.object_type})
     .bind_opt(12, run.object_type.empty() ? std::nullopt
                                           : std::optional{run.object_key})
+    .bind_opt(13, run.call_chain.empty() ? std::nullopt
+                                         : std::optional{run.call_chain})
     .run();
   return sqlite3_changes(db_) == 1;
 }
@@ -1139,6 +1143,7 @@ bool sqlite_store::commit_invocation(const invocation_commit& i) {
     .run();
   if (sqlite3_changes(db_) != 1)
     return false;
+  mark_parent_delivered(c.run_id, c.at_ms);
   if (i.state)
     prepare("UPDATE objects SET state = ?1, version = version + 1, updated_at "
             "= ?2 WHERE type = ?3 AND key = ?4")

@@ -101,6 +101,7 @@ std::vector<migration> sqlite_migrations() {
      {
        "ALTER TABLE runs ADD COLUMN object_type TEXT",
        "ALTER TABLE runs ADD COLUMN object_key TEXT",
+       "ALTER TABLE runs ADD COLUMN call_chain TEXT",
        // A key's unended invocations in the order they were stored (rowid).
        "CREATE INDEX runs_inbox ON runs (object_type, object_key) WHERE "
        "object_type IS NOT NULL AND status IN ('ENQUEUED', 'PENDING')",
@@ -227,6 +228,7 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      {
        "ALTER TABLE " + s + "runs ADD COLUMN object_type TEXT",
        "ALTER TABLE " + s + "runs ADD COLUMN object_key TEXT",
+       "ALTER TABLE " + s + "runs ADD COLUMN call_chain TEXT",
        // A key's invocations in the order they were stored.
        "ALTER TABLE " + s + "runs ADD COLUMN inbox_seq BIGINT",
        "CREATE SEQUENCE " + s + "inbox_seq",

@@ -1,0 +1,118 @@
+#include "perdure/detail/execution.hpp"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/object_directory.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/persistence/text.hpp"
+
+namespace perdure::detail {
+
+namespace {
+
+constexpr char key_separator = '\x1f';
+constexpr char chain_separator = '\x1e';
+
+/// Returns the keys of `chain` (see `run_record::call_chain`).
+std::vector<std::string> keys_of(const std::string& chain) {
+  std::vector<std::string> keys;
+  std::size_t from = 0;
+  while (from <= chain.size() && !chain.empty()) {
+    auto to = chain.find(chain_separator, from);
+    keys.push_back(chain.substr(from, to - from));
+    if (to == std::string::npos)
+      break;
+    from = to + 1;
+  }
+  return keys;
+}
+
+/// Returns `key` as users write it: `type/key`.
+std::string readable(const std::string& key) {
+  auto out = key;
+  std::replace(out.begin(), out.end(), key_separator, '/');
+  return persistence::valid_text(out);
+}
+
+} // namespace
+
+void execution::start_call() {
+  ++attempt;
+  auto target = op->object_type + key_separator + op->object_key;
+  auto chain = call_chain ? *call_chain : std::string{};
+  auto held = host_->held_key();
+  if (!held.empty())
+    chain = chain.empty() ? held : chain + chain_separator + held;
+  // A call to a key this chain holds waits for itself: refused at once.
+  std::string cycle;
+  for (auto& k : keys_of(chain))
+    if (!cycle.empty() || k == target)
+      cycle += readable(k) + " -> ";
+  if (!cycle.empty())
+    cycle = "call cycle: " + cycle + readable(target)
+            + " (the first waits for the last, which it holds)";
+  persistence::run_record call;
+  call.id = op->name;
+  call.name = op->child_workflow;
+  call.inputs = op->payload;
+  call.app_version = rt->cfg.app_version;
+  call.created_at_ms = detail::now_ms();
+  call.parent_id = run_id_;
+  call.object_type = op->object_type;
+  call.object_key = op->object_key;
+  call.call_chain = std::move(chain);
+  auto me = mailbox_;
+  rt->control->post([me, seq = op->seq, call = std::move(call), rt = rt,
+                     fence = owner(), cycle = std::move(cycle)]() mutable {
+    auto report = [&](persistence::outcome o, std::string error) {
+      send_outcome(me, seq, o, {}, std::move(error), false);
+    };
+    if (!cycle.empty())
+      return report(persistence::outcome::terminal, cycle);
+    auto type = rt->object_types.find(call.object_type);
+    if (type == rt->object_types.end())
+      return report(persistence::outcome::terminal,
+                    "no object type registered as '"
+                      + persistence::valid_text(call.object_type) + "'");
+    if (type->second.handlers.count(call.name) == 0)
+      return report(persistence::outcome::terminal,
+                    "object type '" + call.object_type + "' has no handler '"
+                      + persistence::valid_text(call.name) + "'");
+    if (!persistence::is_valid_name(call.object_key))
+      return report(persistence::outcome::terminal,
+                    "object keys must be 1 to 255 bytes of UTF-8 without NUL");
+    try {
+      auto to = rt->objects->prepare(call);
+      auto result = rt->stores->with(
+        [&](persistence::store& db) { return db.create_child(fence, call); });
+      if (!result) {
+        send_signal(me, run_signal::fenced, seq);
+        return;
+      }
+      if (result->created) {
+        rt->objects->deliver(to, call);
+      } else if (result->run.name != call.name
+                 || result->run.inputs != call.inputs
+                 || result->run.parent_id != call.parent_id) {
+        return report(persistence::outcome::terminal,
+                      "call id '" + call.id + "' already names another run");
+      } else {
+        // Stored before a crash: make sure its key's holder runs it.
+        rt->objects->reach(call.object_type, call.object_key, true);
+      }
+      report(persistence::outcome::value, {});
+    } catch (const perdure::error& ex) {
+      if (outage(ex.code()))
+        send_signal(me, run_signal::restart, seq);
+      else
+        report(persistence::outcome::failed, ex.what());
+    } catch (const std::exception& ex) {
+      report(persistence::outcome::failed, ex.what());
+    }
+  });
+}
+
+} // namespace perdure::detail
