@@ -63,8 +63,8 @@ struct invocation final : execution_host {
   std::uint32_t tag = 0;
   bool shared = false;
   bool left = false;
-  /// The state this invocation commits (set by `final_write`).
-  std::optional<std::string> leaves;
+  /// Its end is written (see `final_write`): it only waits for the commit.
+  bool submitted = false;
   execution exec;
 
   void quit() override {
@@ -94,14 +94,24 @@ struct object_host {
   std::string key;
   persistence::fence owner;
   std::unique_ptr<state_box> state;
-  /// The state as last committed (encoded), to roll back to.
-  std::string committed;
+  /// The state after the last invocation whose end was written (encoded),
+  /// to roll a failed one back to; and the version that state will have.
+  std::string written;
+  std::int64_t next_base = 0;
+  /// Whether invocations may run while earlier ones commit: only if the
+  /// writer commits in submission order (one connection).
+  bool pipelined = false;
+  /// An end did not commit: what the key holds is unsure here. No new
+  /// invocation starts; the actor leaves once the ones committing ended.
+  bool doomed = false;
   /// Set if the stored state could not be decoded: no handler runs on it.
   std::optional<std::string> unreadable;
   std::deque<persistence::run_record> queue;
   std::unordered_map<std::string, std::vector<persistence::journal_entry>>
     journals;
+  /// The invocation running, and those whose ends commit meanwhile.
   std::unique_ptr<invocation> current;
+  std::unordered_map<std::uint32_t, std::unique_ptr<invocation>> committing;
   std::uint32_t next_tag = 1;
   /// Invocations handed by this process (see `object_directory`).
   std::uint64_t received = 0;
@@ -113,7 +123,10 @@ struct object_host {
   void init(object_activation a);
   void on(object_message& m);
   void run_next();
-  void finished();
+  /// Routes `m` to the invocation it is for, if it is still here.
+  void deliver(tagged_run_message& m);
+  /// Invocation `inv` ended (committed or not).
+  void finished(std::unique_ptr<invocation> inv);
   void take_inbox();
   /// Leaves memory; `revive`: the key's invocations may be left, so it is
   /// claimed again soon.
@@ -146,7 +159,8 @@ persistence::write invocation::final_write(persistence::completion_write c) {
   if (c.status == run_status::success && !shared) {
     try {
       i.state = obj->state->encode(obj->rt->cfg.payload_encoding);
-      leaves = i.state;
+      i.base_version = obj->next_base++;
+      obj->written = *i.state;
     } catch (const std::exception& ex) {
       c.status = run_status::error;
       c.output.reset();
@@ -154,8 +168,9 @@ persistence::write invocation::final_write(persistence::completion_write c) {
     }
   }
   if (!i.state)
-    obj->state->decode(obj->committed); // a failure changes nothing
+    obj->state->decode(obj->written); // a failure changes nothing
   i.completion = std::move(c);
+  submitted = true;
   return i;
 }
 
@@ -164,10 +179,12 @@ void object_host::init(object_activation a) {
   type = std::move(a.claimed.object.type);
   key = std::move(a.claimed.object.key);
   owner = a.claimed.object.owner;
-  committed = std::move(a.claimed.object.state);
+  written = std::move(a.claimed.object.state);
+  next_base = a.claimed.object.version;
+  pipelined = rt->writer->connections() == 1;
   state = entry->make_state();
   try {
-    state->decode(committed);
+    state->decode(written);
   } catch (const std::exception& ex) {
     unreadable = ex.what();
     rt->log().error("perdure: the state of {} '{}' cannot be decoded ({}); "
@@ -182,9 +199,11 @@ void object_host::init(object_activation a) {
 }
 
 void object_host::run_next() {
-  if (current || stopping)
+  if (current || stopping || doomed)
     return;
   if (queue.empty()) {
+    if (!committing.empty())
+      return; // idle once they committed
     caf::delayed_anon_send(caf::actor_cast<caf::actor>(self),
                            rt->cfg.object_idle_timeout,
                            object_message{idle_check{++idle_generation}});
@@ -209,17 +228,44 @@ void object_host::run_next() {
                      *rt, std::move(run), std::move(journal));
 }
 
-void object_host::finished() {
-  auto done = std::move(current);
-  if (!done->exec.ended()) {
+void object_host::deliver(tagged_run_message& m) {
+  if (current && current->tag == m.exec) {
+    current->exec.receive(m.message);
+    if (current->left) {
+      finished(std::move(current));
+    } else if (current->submitted && pipelined) {
+      // It only waits for its commit: the next one runs meanwhile on the
+      // state it left (its reply still waits for its own commit).
+      auto tag = current->tag;
+      committing.emplace(tag, std::move(current));
+      run_next();
+    }
+    return;
+  }
+  auto i = committing.find(m.exec);
+  if (i == committing.end())
+    return; // an invocation that ended
+  i->second->exec.receive(m.message);
+  if (i->second->left) {
+    auto inv = std::move(i->second);
+    committing.erase(i);
+    finished(std::move(inv));
+  }
+}
+
+void object_host::finished(std::unique_ptr<invocation> inv) {
+  if (!inv->exec.ended()) {
     // Fenced, dropped, or its end could not be written: what the key holds
-    // is unsure here. Leave; the key is claimed again from the store.
-    state->decode(committed);
+    // is unsure here (later ends built on it are refused by their base
+    // version). Leave once nothing runs; the key is claimed again.
+    doomed = true;
+  }
+  if (current || !committing.empty())
+    return;
+  if (doomed) {
     leave(true);
     return;
   }
-  if (done->leaves)
-    committed = std::move(*done->leaves);
   if (stopping) {
     self->quit();
     return;
@@ -255,7 +301,7 @@ void object_host::take_inbox() {
 void object_host::leave(bool revive) {
   stopping = true;
   rt->objects->stopped(type, key, caf::actor_cast<caf::actor>(self), revive);
-  if (!current)
+  if (!current && committing.empty())
     self->quit();
 }
 
@@ -263,11 +309,7 @@ void object_host::on(object_message& message) {
   struct visitor {
     object_host& h;
     void operator()(tagged_run_message& m) {
-      if (!h.current || h.current->tag != m.exec)
-        return; // an invocation that ended
-      h.current->exec.receive(m.message);
-      if (h.current->left)
-        h.finished();
+      h.deliver(m);
     }
     void operator()(invocation_arrived& m) {
       ++h.received;
@@ -291,7 +333,7 @@ void object_host::on(object_message& message) {
     }
     void operator()(idle_check& m) {
       if (m.generation != h.idle_generation || h.current || !h.queue.empty()
-          || h.taking_inbox || h.stopping)
+          || !h.committing.empty() || h.taking_inbox || h.stopping)
         return;
       if (h.rt->objects->try_passivate(h.type, h.key,
                                        caf::actor_cast<caf::actor>(h.self),
@@ -326,6 +368,7 @@ caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
   self->set_exit_handler([self](caf::exit_msg& msg) {
     auto& h = self->state;
     h.stopping = true;
+    // Those committing run no body: nothing of theirs outlives the actor.
     if (!h.current || h.current->exec.on_exit_request())
       self->quit(msg.reason);
   });

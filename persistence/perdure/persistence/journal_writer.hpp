@@ -97,6 +97,12 @@ public:
     submit(std::move(w), std::move(done));
   }
 
+  /// Returns how many connections (writer threads) it has: with one, writes
+  /// commit in the order they were submitted.
+  std::size_t connections() const noexcept {
+    return connections_.size();
+  }
+
   /// Returns how many transactions the writer has committed.
   std::uint64_t batches_committed() const;
 

@@ -1579,11 +1579,13 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
     "commit_invocations",
     "WITH inv AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
     "$4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], "
-    "$9::bigint[], $10::text[]) WITH ORDINALITY AS i(type, key, run_id, "
-    "executor, epoch, status, output, error, at, state, n)), held AS (SELECT "
-    "o.type, o.key FROM " + s
+    "$9::bigint[], $10::text[], $12::bigint[]) WITH ORDINALITY AS i(type, "
+    "key, run_id, executor, epoch, status, output, error, at, state, base, "
+    "ord)), held AS (SELECT o.type, o.key FROM " + s
       + "objects o WHERE (o.type, o.key, o.executor, o.epoch) IN (SELECT type, "
-        "key, executor, epoch FROM inv) AND "
+        "key, executor, epoch FROM inv) AND o.version = COALESCE((SELECT "
+        "min(i.base) FROM inv i WHERE i.type = o.type AND i.key = o.key AND "
+        "i.state IS NOT NULL), o.version) AND "
       + holds_lease(s, "($4::text[])[1]", "$11")
       + " FOR UPDATE), done AS (UPDATE " + s
       + "runs r SET status = i.status, output = decode(i.output, 'hex'), error "
@@ -1595,16 +1597,17 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
       + "runs p SET wake_at = 0 FROM done d WHERE p.id = d.parent_id AND "
         "p.wake_at > d.at), stated AS (UPDATE " + s
       + "objects o SET state = decode(l.state, 'hex'), version = o.version + "
-        "1, updated_at = l.at FROM (SELECT DISTINCT ON (type, key) type, key, "
-        "state, at FROM inv WHERE state IS NOT NULL AND run_id IN (SELECT id "
-        "FROM done) ORDER BY type, key, n DESC) l WHERE o.type = l.type AND "
-        "o.key = l.key RETURNING 1) SELECT id FROM done");
+        "l.n, updated_at = l.at FROM (SELECT DISTINCT ON (type, key) type, "
+        "key, state, at, count(*) OVER (PARTITION BY type, key) AS n FROM inv "
+        "WHERE state IS NOT NULL AND run_id IN (SELECT id FROM done) ORDER BY "
+        "type, key, ord DESC) l WHERE o.type = l.type AND o.key = l.key "
+        "RETURNING 1) SELECT id FROM done");
 }
 
 std::vector<bool> postgres_store::commit_invocations(
   const std::vector<invocation_commit>& invocations) {
   detail::pg_array types, keys, ids, execs, epochs, statuses, outputs, errors,
-    ats, states;
+    ats, states, bases;
   for (auto& i : invocations) {
     auto& c = i.completion;
     types.add(i.object_type);
@@ -1619,6 +1622,7 @@ std::vector<bool> postgres_store::commit_invocations(
     ats.add(c.at_ms);
     states.add_opt(i.state ? std::optional{detail::to_hex(*i.state)}
                            : std::nullopt);
+    bases.add(i.base_version);
   }
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
@@ -1626,7 +1630,7 @@ std::vector<bool> postgres_store::commit_invocations(
     for (const auto& row : w.exec_prepared(
            "commit_invocations", types.str(), keys.str(), ids.str(),
            execs.str(), epochs.str(), statuses.str(), outputs.str(),
-           errors.str(), ats.str(), states.str(), lease()))
+           errors.str(), ats.str(), states.str(), lease(), bases.str()))
       done.insert(row[0].as<std::string>());
     std::vector<bool> out;
     out.reserve(invocations.size());

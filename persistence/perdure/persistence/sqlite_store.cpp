@@ -1121,11 +1121,13 @@ constexpr const char* holder_gone
 bool sqlite_store::commit_invocation(const invocation_commit& i) {
   auto& c = i.completion;
   auto& held = prepare("SELECT 1 FROM objects WHERE type = ?1 AND key = ?2 AND "
-                       "executor = ?3 AND epoch = ?4");
+                       "executor = ?3 AND epoch = ?4 AND (?5 IS NULL OR "
+                       "version = ?5)");
   held.bind(1, i.object_type)
     .bind(2, i.object_key)
     .bind(3, c.owner.executor)
-    .bind(4, c.owner.epoch);
+    .bind(4, c.owner.epoch)
+    .bind_opt_int(5, i.state ? std::optional{i.base_version} : std::nullopt);
   auto ok = held.step();
   held.reset();
   if (!ok)
