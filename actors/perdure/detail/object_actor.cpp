@@ -300,6 +300,9 @@ void object_host::take_inbox() {
 
 void object_host::leave(bool revive) {
   stopping = true;
+  for (auto& run : queue) // not run here: their callers read the store
+    rt->run_stopped(run.id, std::nullopt, -1);
+  queue.clear();
   rt->objects->stopped(type, key, caf::actor_cast<caf::actor>(self), revive);
   if (!current && committing.empty())
     self->quit();

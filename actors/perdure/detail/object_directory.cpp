@@ -43,6 +43,9 @@ void object_directory::deliver(const std::optional<caf::actor>& to,
     if (i != active_.end() && i->second.actor == *to
         && i->second.epoch == run.owner.epoch) {
       ++i->second.handed;
+      // Active here from now: its callers wait for its end, not the store.
+      rt_.invocation_started(run.id, *to, runtime_impl::queued_exec,
+                             run.owner.epoch);
       hand_invocation(*to, std::move(run));
       return;
     }

@@ -86,6 +86,8 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
 
 void signal_run(const caf::actor& run, std::uint32_t exec, run_signal kind,
                 std::int32_t seq) {
+  if (exec == runtime_impl::queued_exec)
+    return; // not started: it looks at the store when it starts
   if (exec == 0)
     caf::anon_send(run, run_message{signalled{kind, seq}});
   else

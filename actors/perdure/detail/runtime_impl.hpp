@@ -129,9 +129,11 @@ public:
   /// Spawns the actor of a claimed key; nothing once stopping.
   std::optional<caf::actor> spawn_object(object_activation a);
 
-  /// Invocation `id` runs as execution `exec` of object actor `actor`.
+  /// Invocation `id` runs as execution `exec` of object actor `actor`
+  /// (`queued_exec`: it waits in the actor's queue; signals wait too).
   void invocation_started(const std::string& id, caf::actor actor,
                           std::uint32_t exec, std::int64_t epoch);
+  static constexpr std::uint32_t queued_exec = UINT32_MAX;
 
   /// Something was delivered to run `id` (an awakeable resolved; `seq` -1)
   /// or its timer for operation `seq` is due: tells its actor, or brings a

@@ -995,6 +995,16 @@ batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
       }
     }
     pqxx::nontransaction w{*conn_};
+    if (batch.appends.empty() && batch.completions.empty()) {
+      // Creations alone (calls, starts): the lean statement.
+      for (const auto& row : w.exec_prepared(
+             "create_runs", n.ids.str(), n.names.str(), n.statuses.str(),
+             n.inputs.str(), n.execs.str(), n.epochs.str(), n.versions.str(),
+             n.ats.str(), n.parents.str(), n.deadlines.str(),
+             n.object_types.str(), n.object_keys.str()))
+        out.inserted.insert(row[0].as<std::string>());
+      return make_result(batch, out);
+    }
     auto rows = batch.creates.empty() && batch.completions.empty()
                   ? w.exec_prepared("write_batch_appending", f_ids.str(),
                                     f_execs.str(), f_epochs.str(), ids.str(),
