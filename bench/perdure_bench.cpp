@@ -883,6 +883,49 @@ void object_throughput(const options& o) {
   j.print();
 }
 
+// -- object_memory -----------------------------------------------------------------
+
+/// Heap bytes per idle object after one call each to `o.workflows` keys
+/// (from `start_threads()` callers): kept in memory, or left (passivated).
+double bytes_per_idle_object(const options& o, bool passivated) {
+  auto db = database_for(o);
+  auto cfg = runtime_config(db);
+  cfg.object_idle_timeout = passivated ? 50ms : 24h;
+  runtime rt{cfg};
+  rt.register_object<tally>("tally").handler(
+    "add", [](object_context<tally>& ctx, std::int64_t n) -> task<std::int64_t> {
+      ctx.state().total += n;
+      co_return ctx.state().total;
+    });
+  rt.start();
+  malloc_trim(0);
+  auto before = heap_bytes();
+  std::atomic<int> next{0};
+  {
+    std::vector<std::jthread> callers;
+    for (int c = 0; c < start_threads() * 8; ++c)
+      callers.emplace_back([&] {
+        for (int n; (n = next.fetch_add(1)) < o.workflows;)
+          rt.call<std::int64_t>("tally", "k" + std::to_string(n), "add",
+                                std::int64_t{1});
+      });
+  }
+  std::this_thread::sleep_for(passivated ? 2s : 500ms); // idle ones leave
+  malloc_trim(0);
+  auto after = heap_bytes();
+  return (after - before) / o.workflows;
+}
+
+void object_memory(const options& o) {
+  auto in_memory = bytes_per_idle_object(o, false);
+  auto passivated = bytes_per_idle_object(o, true);
+  header(o)
+    .add("objects", o.workflows)
+    .add("bytes_per_object_in_memory", in_memory)
+    .add("bytes_per_object_passivated", passivated)
+    .print();
+}
+
 int main(int argc, char** argv) {
   try {
     auto o = parse(argc, argv);
@@ -904,6 +947,8 @@ int main(int argc, char** argv) {
       return recovery_child(o);
     } else if (o.scenario == "step_throughput_sustained") {
       step_throughput_sustained(o);
+    } else if (o.scenario == "object_memory") {
+      object_memory(o);
     } else if (o.scenario == "object_throughput") {
       object_throughput(o);
     } else if (o.scenario == "takeover") {
