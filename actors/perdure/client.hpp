@@ -125,9 +125,9 @@ public:
 
   /// `call` for a handler without input.
   template <class R>
-  R call(std::string_view type, std::string_view key,
-         std::string_view handler) {
-    return send<R>(type, key, handler).get();
+  R call(std::string_view type, std::string_view key, std::string_view handler,
+         call_options opts = {}) {
+    return send<R>(type, key, handler, std::move(opts)).get();
   }
 
   /// Returns the state of object `key` of type `type` as last committed,
