@@ -364,4 +364,62 @@ TEST_F(object_test, call_cycles_fail_at_once_naming_the_cycle) {
   EXPECT_EQ(rt->call<std::int64_t>("counter", "b", "add", std::int64_t{1}), 1);
 }
 
+// A shared handler's context cannot change the state: a compile error.
+static_assert(std::is_const_v<std::remove_reference_t<
+                decltype(std::declval<shared_object_context<counter>&>()
+                           .state())>>,
+              "a shared handler's state is read-only");
+static_assert(!std::is_assignable_v<
+                decltype((std::declval<shared_object_context<counter>&>()
+                            .state()
+                            .total)),
+                std::int64_t>,
+              "a shared handler cannot assign to its state");
+static_assert(std::is_assignable_v<
+                decltype((std::declval<object_context<counter>&>()
+                            .state()
+                            .total)),
+                std::int64_t>,
+              "an exclusive handler can");
+
+TEST_F(object_test, oversized_input_and_a_state_row_that_cannot_be_read) {
+  auto cfg = db_.runtime_config();
+  cfg.max_payload_bytes = 1024;
+  cfg.object_idle_timeout = 20ms;
+  auto rt = make(cfg);
+  rt->start();
+  try {
+    rt->call<std::int64_t>("counter", "big", "call_add",
+                           std::pair<std::string, std::int64_t>{
+                             std::string(4096, 'x'), 1});
+    FAIL() << "an oversized input was accepted";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::payload_too_large);
+  }
+  EXPECT_TRUE(rt->list_objects("counter").empty()); // nothing stored
+  // A state row edited by hand into garbage: its calls fail with a clear
+  // error and the row stays as it is (nothing overwrites it); other keys
+  // are unaffected.
+  rt->call<std::int64_t>("counter", "bad", "add", std::int64_t{1});
+  rt->call<std::int64_t>("counter", "good", "add", std::int64_t{1});
+  std::this_thread::sleep_for(200ms); // both left memory
+  test::sql_client sql{db_};
+  sql.exec("UPDATE " + sql.table("objects")
+           + " SET state = $1 WHERE key = 'bad'",
+           {std::string{"not json"}});
+  try {
+    rt->call<std::int64_t>("counter", "bad", "add", std::int64_t{1});
+    FAIL() << "a call on an unreadable state ran";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::workflow_failed);
+    EXPECT_NE(std::string{ex.what()}.find("cannot be read"), std::string::npos)
+      << ex.what();
+  }
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("objects")
+                       + " WHERE key = 'bad' AND state IS NOT NULL"),
+            "1");
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "good", "add", std::int64_t{1}),
+            2);
+}
+
 } // namespace

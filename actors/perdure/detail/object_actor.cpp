@@ -167,8 +167,13 @@ persistence::write invocation::final_write(persistence::completion_write c) {
       c.error = std::string{"the state could not be encoded: "} + ex.what();
     }
   }
-  if (!i.state)
-    obj->state->decode(obj->written); // a failure changes nothing
+  if (!i.state && !obj->unreadable) {
+    try {
+      obj->state->decode(obj->written); // a failure changes nothing
+    } catch (const std::exception& ex) {
+      obj->unreadable = ex.what(); // what it encoded, it cannot decode
+    }
+  }
   i.completion = std::move(c);
   submitted = true;
   return i;
