@@ -89,6 +89,21 @@ protected:
                    "counter", other, "call_add",
                    std::pair<std::string, std::int64_t>{ctx.key(), 1});
                })
+      .handler("slow_read",
+               [this](shared_object_context<counter>& ctx)
+                 -> task<std::int64_t> {
+                 co_await ctx.step("hold", [&] {
+                   auto now = ++reading_;
+                   auto seen = most_reading_.load();
+                   while (now > seen
+                          && !most_reading_.compare_exchange_weak(seen, now)) {
+                   }
+                   std::this_thread::sleep_for(100ms);
+                   --reading_;
+                   return 0;
+                 });
+                 co_return ctx.state().total;
+               })
       .handler("doubled_by_child",
                [](object_context<counter>& ctx) -> task<std::int64_t> {
                  auto child = co_await ctx.start_child<std::int64_t>(
@@ -117,6 +132,8 @@ protected:
 
   test::database db_;
   std::atomic<int> steps_run_{0};
+  std::atomic<int> reading_{0};
+  std::atomic<int> most_reading_{0};
 };
 
 TEST_F(object_test, concurrent_callers_over_many_keys_leave_exact_totals) {
@@ -420,6 +437,26 @@ TEST_F(object_test, oversized_input_and_a_state_row_that_cannot_be_read) {
             "1");
   EXPECT_EQ(rt->call<std::int64_t>("counter", "good", "add", std::int64_t{1}),
             2);
+}
+
+TEST_F(object_test, shared_handlers_run_together_on_committed_state_only) {
+  auto rt = make();
+  rt->start();
+  rt->call<std::int64_t>("counter", "r", "add", std::int64_t{1});
+  // Four slow reads, an add, four more reads: the reads before the add see
+  // 1 and overlap; the add waits for them; the reads after it see 2.
+  std::vector<workflow_handle<std::int64_t>> before, after;
+  for (int n = 0; n < 4; ++n)
+    before.push_back(rt->send<std::int64_t>("counter", "r", "slow_read"));
+  auto add = rt->send<std::int64_t>("counter", "r", "add", std::int64_t{1});
+  for (int n = 0; n < 4; ++n)
+    after.push_back(rt->send<std::int64_t>("counter", "r", "slow_read"));
+  for (auto& h : before)
+    EXPECT_EQ(h.get(20s), 1);
+  EXPECT_EQ(add.get(20s), 2);
+  for (auto& h : after)
+    EXPECT_EQ(h.get(20s), 2);
+  EXPECT_GE(most_reading_.load(), 2) << "shared handlers never overlapped";
 }
 
 } // namespace

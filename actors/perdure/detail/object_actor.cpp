@@ -112,6 +112,8 @@ struct object_host {
   /// The invocation running, and those whose ends commit meanwhile.
   std::unique_ptr<invocation> current;
   std::unordered_map<std::uint32_t, std::unique_ptr<invocation>> committing;
+  /// Shared invocations running (on committed state, together).
+  std::unordered_map<std::uint32_t, std::unique_ptr<invocation>> readers;
   std::uint32_t next_tag = 1;
   /// Invocations handed by this process (see `object_directory`).
   std::uint64_t received = 0;
@@ -123,6 +125,11 @@ struct object_host {
   void init(object_activation a);
   void on(object_message& m);
   void run_next();
+  /// Starts `run` as a new invocation.
+  std::unique_ptr<invocation> start(persistence::run_record run);
+  /// Returns whether no step body of an invocation here runs (those with
+  /// one quit when it replied): the actor may go.
+  bool bodies_done();
   /// Routes `m` to the invocation it is for, if it is still here.
   void deliver(tagged_run_message& m);
   /// Invocation `inv` ended (committed or not).
@@ -204,33 +211,55 @@ void object_host::init(object_activation a) {
 }
 
 void object_host::run_next() {
-  if (current || stopping || doomed)
+  if (stopping || doomed)
     return;
-  if (queue.empty()) {
-    if (!committing.empty())
-      return; // idle once they committed
+  // In order: an exclusive one alone, shared ones together, and only on
+  // committed state (none running or committing before them).
+  while (!queue.empty()) {
+    auto h = entry->handlers.find(queue.front().name);
+    auto shared = h != entry->handlers.end() && h->second.shared;
+    if (current || (shared ? !committing.empty() : !readers.empty()))
+      break;
+    auto inv = start(std::move(queue.front()));
+    queue.pop_front();
+    if (!shared) {
+      current = std::move(inv);
+      break;
+    }
+    auto tag = inv->tag;
+    readers.emplace(tag, std::move(inv));
+  }
+  if (queue.empty() && !current && committing.empty() && readers.empty())
     caf::delayed_anon_send(caf::actor_cast<caf::actor>(self),
                            rt->cfg.object_idle_timeout,
                            object_message{idle_check{++idle_generation}});
-    return;
-  }
+}
+
+std::unique_ptr<invocation> object_host::start(persistence::run_record run) {
   ++idle_generation;
-  auto run = std::move(queue.front());
-  queue.pop_front();
   std::vector<persistence::journal_entry> journal;
   if (auto j = journals.find(run.id); j != journals.end()) {
     journal = std::move(j->second);
     journals.erase(j);
   }
-  current = std::make_unique<invocation>();
-  current->obj = this;
-  current->tag = next_tag++;
-  rt->invocation_started(run.id, caf::actor_cast<caf::actor>(self),
-                         current->tag, owner.epoch);
-  current->exec.init(*current,
-                     std::make_shared<tagged_mailbox>(
-                       caf::actor_cast<caf::actor>(self), current->tag),
-                     *rt, std::move(run), std::move(journal));
+  auto inv = std::make_unique<invocation>();
+  inv->obj = this;
+  inv->tag = next_tag++;
+  rt->invocation_started(run.id, caf::actor_cast<caf::actor>(self), inv->tag,
+                         owner.epoch);
+  inv->exec.init(*inv,
+                 std::make_shared<tagged_mailbox>(
+                   caf::actor_cast<caf::actor>(self), inv->tag),
+                 *rt, std::move(run), std::move(journal));
+  return inv;
+}
+
+bool object_host::bodies_done() {
+  // Asked of each: one whose step body runs quits when it replies.
+  bool done = !current || current->exec.on_exit_request();
+  for (auto& [tag, r] : readers)
+    done = r->exec.on_exit_request() && done;
+  return done;
 }
 
 void object_host::deliver(tagged_run_message& m) {
@@ -247,15 +276,19 @@ void object_host::deliver(tagged_run_message& m) {
     }
     return;
   }
-  auto i = committing.find(m.exec);
-  if (i == committing.end())
-    return; // an invocation that ended
-  i->second->exec.receive(m.message);
-  if (i->second->left) {
-    auto inv = std::move(i->second);
-    committing.erase(i);
-    finished(std::move(inv));
+  for (auto* others : {&committing, &readers}) {
+    auto i = others->find(m.exec);
+    if (i == others->end())
+      continue;
+    i->second->exec.receive(m.message);
+    if (i->second->left) {
+      auto inv = std::move(i->second);
+      others->erase(i);
+      finished(std::move(inv));
+    }
+    return;
   }
+  // An invocation that ended: dropped.
 }
 
 void object_host::finished(std::unique_ptr<invocation> inv) {
@@ -265,14 +298,18 @@ void object_host::finished(std::unique_ptr<invocation> inv) {
     // version). Leave once nothing runs; the key is claimed again.
     doomed = true;
   }
-  if (current || !committing.empty())
-    return;
-  if (doomed) {
-    leave(true);
+  if (stopping && !doomed) {
+    if (bodies_done())
+      self->quit();
     return;
   }
-  if (stopping) {
-    self->quit();
+  if (current || !committing.empty() || !readers.empty()) {
+    if (!doomed)
+      run_next(); // a reader's end may let an exclusive one start
+    return;
+  }
+  if (doomed) {
+    leave(true);
     return;
   }
   run_next();
@@ -309,7 +346,7 @@ void object_host::leave(bool revive) {
     rt->run_stopped(run.id, std::nullopt, -1);
   queue.clear();
   rt->objects->stopped(type, key, caf::actor_cast<caf::actor>(self), revive);
-  if (!current && committing.empty())
+  if (!current && committing.empty() && readers.empty())
     self->quit();
 }
 
@@ -341,7 +378,8 @@ void object_host::on(object_message& message) {
     }
     void operator()(idle_check& m) {
       if (m.generation != h.idle_generation || h.current || !h.queue.empty()
-          || !h.committing.empty() || h.taking_inbox || h.stopping)
+          || !h.committing.empty() || !h.readers.empty() || h.taking_inbox
+          || h.stopping)
         return;
       if (h.rt->objects->try_passivate(h.type, h.key,
                                        caf::actor_cast<caf::actor>(h.self),
@@ -367,6 +405,8 @@ caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
     }
     if (self->state.current)
       self->state.current->exec.on_host_failure();
+    for (auto& [tag, r] : self->state.readers)
+      r->exec.on_host_failure();
     self->state.rt->objects->stopped(self->state.type, self->state.key,
                                      caf::actor_cast<caf::actor>(self), true);
     return caf::sec::runtime_error;
@@ -377,7 +417,7 @@ caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
     auto& h = self->state;
     h.stopping = true;
     // Those committing run no body: nothing of theirs outlives the actor.
-    if (!h.current || h.current->exec.on_exit_request())
+    if (h.bodies_done())
       self->quit(msg.reason);
   });
   host.init(std::move(a));
