@@ -114,6 +114,20 @@ public:
     return {impl_, invoke(type, key, handler, std::string{}, std::move(opts))};
   }
 
+  /// Sends the call `send` would, `delay` from now (durably: a runtime
+  /// holds the timer, across restarts). The handle ends when the call is in
+  /// the key's inbox; the same idempotency key schedules it once.
+  template <class A>
+  workflow_handle<void> send_later(std::string_view type, std::string_view key,
+                                   std::string_view handler, const A& input,
+                                   std::chrono::milliseconds delay,
+                                   call_options opts = {}) {
+    return {impl_, schedule_call(type, key, handler,
+                                 persistence::encode(input,
+                                                     cfg().payload_encoding),
+                                 delay, std::move(opts))};
+  }
+
   /// Calls handler `handler` of object `key` with `input` and waits for its
   /// result (see `send`). Throws what `send` and `workflow_handle::get`
   /// throw (a handler that failed: `workflow_failed`).
@@ -234,6 +248,9 @@ private:
                      call_options opts);
   std::optional<std::string> state_bytes(std::string_view type,
                                          std::string_view key);
+  std::string schedule_call(std::string_view type, std::string_view key,
+                            std::string_view handler, std::string inputs,
+                            std::chrono::milliseconds delay, call_options opts);
 };
 
 } // namespace perdure

@@ -7,6 +7,7 @@
 #include "perdure/detail/clock.hpp"
 #include "perdure/detail/object_directory.hpp"
 #include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/time_math.hpp"
 #include "perdure/runtime.hpp"
 
 namespace perdure {
@@ -20,6 +21,31 @@ std::string idempotent_id(std::string_view type, std::string_view key,
   auto id = "o:" + std::string{type} + '\x1f' + std::string{key} + '\x1f'
             + idempotency_key;
   return id;
+}
+
+/// A call sent later (`send_later`): what the workflow that waits for its
+/// time sends then.
+struct delayed_call {
+  std::string type;
+  std::string key;
+  std::string handler;
+  std::string input;
+  std::int64_t due_ms = 0;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(CEREAL_NVP(type), CEREAL_NVP(key), CEREAL_NVP(handler),
+       CEREAL_NVP(input), CEREAL_NVP(due_ms));
+  }
+};
+
+/// The workflow every runtime registers for `send_later`: sleeps durably,
+/// then sends (once: the send is journaled).
+task<void> send_when_due(workflow_context& ctx, delayed_call call) {
+  co_await ctx.sleep_until(std::chrono::system_clock::time_point{
+    std::chrono::milliseconds{call.due_ms}});
+  co_await ctx.send_encoded<void>(call.type, call.key, call.handler,
+                                  std::move(call.input));
 }
 
 /// Throws `conflicting_id` unless `existing` is the same call as `run`.
@@ -149,6 +175,52 @@ std::vector<std::string> client::list_objects(std::string_view type,
   return impl_->stores->with([&](persistence::store& db) {
     return db.list_object_keys(type, after, limit);
   });
+}
+
+std::string client::schedule_call(std::string_view type, std::string_view key,
+                                  std::string_view handler, std::string inputs,
+                                  std::chrono::milliseconds delay,
+                                  call_options opts) {
+  detail::check_name("object type", type);
+  detail::check_name("object key", key);
+  detail::check_name("handler name", handler);
+  if (!impl_->client_mode) {
+    auto t = impl_->object_types.find(std::string{type});
+    if (t == impl_->object_types.end()
+        || t->second.handlers.count(std::string{handler}) == 0)
+      throw error(errc::unknown_workflow,
+                  "no handler '" + std::string{handler} + "' of object type '"
+                    + std::string{type} + "' registered");
+  }
+  delayed_call call{std::string{type}, std::string{key}, std::string{handler},
+                    std::move(inputs),
+                    detail::saturating_add(impl_->clock->now_ms(),
+                                           delay.count())};
+  start_options start;
+  if (!opts.idempotency_key.empty())
+    start.id = "d:" + idempotent_id(type, key, opts.idempotency_key).substr(2);
+  try {
+    return start_workflow<void>(detail::delayed_call_workflow, call, start)
+      .id();
+  } catch (const error& ex) {
+    if (ex.code() != errc::conflicting_id)
+      throw;
+    // Scheduled before (at another time): the same call stands as it was.
+    auto existing = impl_->stores->with(
+      [&](persistence::store& db) { return db.get_run(start.id); });
+    if (!existing || existing->name != detail::delayed_call_workflow)
+      throw;
+    auto first = persistence::decode<delayed_call>(existing->inputs);
+    if (first.type != call.type || first.key != call.key
+        || first.handler != call.handler || first.input != call.input)
+      throw;
+    return start.id;
+  }
+}
+
+void runtime::add_internal_workflows() {
+  add_workflow(detail::delayed_call_workflow,
+               detail::make_workflow_entry(send_when_due));
 }
 
 detail::object_entry& runtime::add_object(

@@ -1078,6 +1078,7 @@ run_page client::list_runs(const run_filter& filter) {
 // -- runtime --------------------------------------------------------------------
 
 runtime::runtime(config cfg) : client(runtime_mode{}, std::move(cfg)) {
+  add_internal_workflows();
 }
 
 runtime::~runtime() {

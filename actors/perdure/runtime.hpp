@@ -69,6 +69,7 @@ public:
 
 private:
   void add_workflow(std::string name, detail::workflow_entry entry);
+  void add_internal_workflows();
   detail::object_entry&
   add_object(std::string type,
              std::function<std::unique_ptr<detail::state_box>()> make_state);

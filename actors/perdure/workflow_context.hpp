@@ -306,11 +306,21 @@ public:
   template <class R, class A>
   detail::child_start<R> send(const std::string& type, const std::string& key,
                               const std::string& handler, const A& input) {
+    return send_encoded<R>(type, key, handler,
+                           persistence::encode(input, core_->payload_encoding()));
+  }
+
+  /// `send` with `input` already encoded.
+  template <class R>
+  detail::child_start<R> send_encoded(const std::string& type,
+                                      const std::string& key,
+                                      const std::string& handler,
+                                      std::string input) {
     auto op = next_operation(persistence::entry_kind::child, "call", {});
     op.child_workflow = handler;
     op.object_type = type;
     op.object_key = key;
-    op.payload = persistence::encode(input, core_->payload_encoding());
+    op.payload = std::move(input);
     op.name = core_->run_id() + "." + std::to_string(op.seq);
     return {*core_, std::move(op)};
   }

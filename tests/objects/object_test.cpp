@@ -459,4 +459,24 @@ TEST_F(object_test, shared_handlers_run_together_on_committed_state_only) {
   EXPECT_GE(most_reading_.load(), 2) << "shared handlers never overlapped";
 }
 
+TEST_F(object_test, a_delayed_send_arrives_once_after_its_delay) {
+  auto rt = make();
+  rt->start();
+  auto t0 = std::chrono::steady_clock::now();
+  auto h = rt->send_later("counter", "later", "add", std::int64_t{5}, 300ms,
+                          {.idempotency_key = "l1"});
+  // Scheduling again with its idempotency key schedules nothing more.
+  rt->send_later("counter", "later", "add", std::int64_t{5}, 300ms,
+                 {.idempotency_key = "l1"});
+  EXPECT_FALSE(rt->object_state<counter>("counter", "later"));
+  h.get(20s); // the call is in the inbox now
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 300ms);
+  EXPECT_TRUE(test::eventually([&] {
+    auto s = rt->object_state<counter>("counter", "later");
+    return s && s->total == 5;
+  }));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(rt->object_state<counter>("counter", "later")->total, 5);
+}
+
 } // namespace

@@ -35,6 +35,9 @@
 
 namespace perdure::detail {
 
+/// The workflow behind `client::send_later` (every runtime registers it).
+inline constexpr const char* delayed_call_workflow = "perdure.send_later";
+
 /// Returns a fresh run id (time-ordered, then random).
 std::string random_id();
 
