@@ -502,6 +502,10 @@ void runtime_impl::stop() {
     running_ = false;
     clients_done_.wait(guard, [this] { return client_calls_ == 0; });
   }
+  {
+    std::lock_guard guard{callbacks_mtx_};
+    callbacks_.reset(); // before the stores it reads
+  }
   if (client_mode) {
     stores.reset();
     std::lock_guard guard{control_mtx_};
@@ -899,8 +903,27 @@ void runtime_impl::run_stopped(const std::string& id,
   tell_watchers(id, std::move(outcome));
 }
 
+void runtime_impl::on_end(const std::string& id, std::function<void()> done) {
+  std::lock_guard guard{callbacks_mtx_};
+  if (!running())
+    throw perdure::error(errc::not_running, "the runtime is not running");
+  if (!callbacks_)
+    callbacks_ = std::make_unique<end_callbacks>(*this);
+  callbacks_->add(id, std::move(done));
+}
+
+void on_run_end(runtime_impl& rt, const std::string& id,
+                std::function<void()> done) {
+  rt.on_end(id, std::move(done));
+}
+
 void runtime_impl::tell_watchers(const std::string& id,
                                  std::optional<run_outcome> outcome) {
+  if (outcome) {
+    std::lock_guard guard{callbacks_mtx_};
+    if (callbacks_)
+      callbacks_->ended(id);
+  }
   std::lock_guard guard{done_mtx_};
   auto i = watchers_.find(id);
   if (i == watchers_.end())

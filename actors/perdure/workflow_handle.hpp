@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,10 @@ run_status status_of(runtime_impl& rt, const std::string& id);
 
 /// Cancels run `id` (see `runtime::cancel`).
 void cancel_run(runtime_impl& rt, const std::string& id);
+
+/// Calls `done` once run `id` ended (see `workflow_handle::when_done`).
+void on_run_end(runtime_impl& rt, const std::string& id,
+                std::function<void()> done);
 
 /// Throws the error that ends a run with a status other than SUCCESS.
 [[noreturn]] void throw_run_failure(const std::string& id,
@@ -67,6 +72,16 @@ public:
   /// `perdure::error` with `errc::workflow_failed`, `workflow_cancelled` or
   /// `retries_exceeded` if it did not succeed, and `errc::timeout` if it is
   /// still running after `timeout`.
+  /// Calls `done(*this)` once the run ended, without holding a thread
+  /// meanwhile: inside, `get()` returns (or throws) at once. It runs on a
+  /// thread of the runtime (or client) shared by every callback: keep it
+  /// short, hand longer work on. Callbacks of runs not ended when the
+  /// runtime stops are dropped.
+  void when_done(std::function<void(const workflow_handle&)> done) const {
+    detail::on_run_end(*rt_, id_,
+                       [h = *this, done = std::move(done)] { done(h); });
+  }
+
   R get(std::chrono::milliseconds timeout
         = std::chrono::milliseconds::max()) const {
     auto outcome = detail::await_run(*rt_, id_, timeout);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -477,6 +478,38 @@ TEST_F(object_test, a_delayed_send_arrives_once_after_its_delay) {
   }));
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(rt->object_state<counter>("counter", "later")->total, 5);
+}
+
+TEST_F(object_test, callbacks_wait_for_replies_without_holding_threads) {
+  auto rt = make();
+  rt->start();
+  client helper{db_.runtime_config("helper")};
+  std::mutex mtx;
+  std::condition_variable all_in;
+  std::vector<std::int64_t> replies;
+  constexpr int sends = 50;
+  auto on_reply = [&](const workflow_handle<std::int64_t>& h) {
+    auto r = h.get(); // ended: returns at once
+    std::lock_guard guard{mtx};
+    replies.push_back(r);
+    all_in.notify_all();
+  };
+  for (int n = 0; n < sends; ++n) {
+    // Half from this runtime (told at once), half from a client process
+    // (which reads the store for them).
+    auto h = n % 2 == 0
+               ? rt->send<std::int64_t>("counter", "cb", "add", std::int64_t{1})
+               : helper.send<std::int64_t>("counter", "cb", "add",
+                                           std::int64_t{1});
+    h.when_done(on_reply);
+  }
+  std::unique_lock guard{mtx};
+  ASSERT_TRUE(all_in.wait_for(guard, 20s, [&] {
+    return replies.size() == sends;
+  })) << replies.size() << " of " << sends << " callbacks ran";
+  std::sort(replies.begin(), replies.end());
+  for (int n = 0; n < sends; ++n)
+    EXPECT_EQ(replies[n], n + 1);
 }
 
 } // namespace

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "perdure/config.hpp"
+#include "perdure/detail/end_callbacks.hpp"
 #include "perdure/detail/executor_lease.hpp"
 #include "perdure/detail/object_actor.hpp"
 #include "perdure/detail/object_directory.hpp"
@@ -128,6 +129,9 @@ public:
 
   /// Returns whether run `id` has an actor in this process.
   bool is_active(const std::string& id) const;
+
+  /// Calls `done` once run `id` ended (see `end_callbacks`).
+  void on_end(const std::string& id, std::function<void()> done);
 
   /// Spawns the actor of a claimed key; nothing once stopping.
   std::optional<caf::actor> spawn_object(object_activation a);
@@ -346,6 +350,8 @@ private:
   std::size_t client_calls_ = 0;
   std::condition_variable clients_done_;
 
+  std::mutex callbacks_mtx_;
+  std::unique_ptr<end_callbacks> callbacks_;
   std::mutex done_mtx_;
   std::unordered_map<std::string, watcher> watchers_;
 };

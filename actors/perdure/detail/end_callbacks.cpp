@@ -1,0 +1,104 @@
+#include "perdure/detail/end_callbacks.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "perdure/detail/runtime_impl.hpp"
+
+namespace perdure::detail {
+
+end_callbacks::end_callbacks(runtime_impl& rt) : rt_(rt) {
+  thread_ = std::thread{[this] { loop(); }};
+}
+
+end_callbacks::~end_callbacks() {
+  {
+    std::lock_guard guard{mtx_};
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void end_callbacks::add(const std::string& id, std::function<void()> done) {
+  {
+    std::lock_guard guard{mtx_};
+    pending_[id].push_back(std::move(done));
+    ended_.insert(id); // checked at once: it may have ended already
+  }
+  cv_.notify_all();
+}
+
+void end_callbacks::ended(const std::string& id) {
+  {
+    std::lock_guard guard{mtx_};
+    if (pending_.count(id) == 0)
+      return;
+    ended_.insert(id);
+  }
+  cv_.notify_all();
+}
+
+std::vector<std::string>
+end_callbacks::read_ended(const std::vector<std::string>& ids) {
+  std::vector<std::string> out;
+  for (auto& id : ids) {
+    try {
+      auto run = rt_.stores->with(
+        [&](persistence::store& db) { return db.get_run(id); });
+      if (!run || (run->status != run_status::pending
+                   && run->status != run_status::enqueued))
+        out.push_back(id); // ended (or gone: the callback's get() says so)
+    } catch (const std::exception& ex) {
+      rt_.log().warn("perdure: could not read run {} for its callback: {}",
+                     id, ex.what());
+    }
+  }
+  return out;
+}
+
+void end_callbacks::loop() {
+  std::unique_lock guard{mtx_};
+  auto next_poll = std::chrono::steady_clock::now();
+  while (!stopping_) {
+    cv_.wait_until(guard, next_poll,
+                   [this] { return stopping_ || !ended_.empty(); });
+    if (stopping_)
+      break;
+    std::vector<std::string> check;
+    if (std::chrono::steady_clock::now() >= next_poll) {
+      // Runs ending in other processes tell nobody here: read the store.
+      for (auto& [id, callbacks] : pending_)
+        if (!rt_.is_active(id))
+          check.push_back(id);
+      next_poll = std::chrono::steady_clock::now() + rt_.cfg.poll_interval;
+    }
+    for (auto& id : ended_)
+      check.push_back(id);
+    ended_.clear();
+    guard.unlock();
+    auto done = read_ended(check);
+    guard.lock();
+    std::vector<std::function<void()>> due;
+    for (auto& id : done) {
+      auto i = pending_.find(id);
+      if (i == pending_.end())
+        continue;
+      for (auto& f : i->second)
+        due.push_back(std::move(f));
+      pending_.erase(i);
+    }
+    guard.unlock();
+    for (auto& f : due) {
+      try {
+        f();
+      } catch (const std::exception& ex) {
+        rt_.log().error("perdure: a when_done callback threw: {}", ex.what());
+      } catch (...) {
+        rt_.log().error("perdure: a when_done callback threw");
+      }
+    }
+    guard.lock();
+  }
+}
+
+} // namespace perdure::detail

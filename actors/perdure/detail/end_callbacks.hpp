@@ -1,0 +1,52 @@
+#pragma once
+
+// Callbacks waiting for runs to end (`workflow_handle::when_done`): the
+// non-blocking way to wait, for servers and actor code that must not hold
+// a thread per call. One thread runs them: told at once of ends here, it
+// reads the store for the rest every poll interval.
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace perdure::detail {
+
+class runtime_impl;
+
+class end_callbacks {
+public:
+  explicit end_callbacks(runtime_impl& rt);
+
+  /// Runs the callbacks of runs that ended, then stops; the rest are
+  /// dropped.
+  ~end_callbacks();
+
+  end_callbacks(const end_callbacks&) = delete;
+  end_callbacks& operator=(const end_callbacks&) = delete;
+
+  /// Calls `done` on this service's thread once run `id` ended.
+  void add(const std::string& id, std::function<void()> done);
+
+  /// Run `id` ended here.
+  void ended(const std::string& id);
+
+private:
+  void loop();
+  /// Returns the ids of `ids` whose runs ended, by the store.
+  std::vector<std::string> read_ended(const std::vector<std::string>& ids);
+
+  runtime_impl& rt_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::unordered_map<std::string, std::vector<std::function<void()>>> pending_;
+  std::unordered_set<std::string> ended_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+} // namespace perdure::detail
