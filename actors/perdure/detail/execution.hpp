@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <coroutine>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -240,6 +241,16 @@ private:
   /// `start_child` for a call of an object's handler: the invocation is
   /// stored in the key's inbox (fenced by this run) and delivered.
   void start_call();
+
+  /// On the control executor: creates `child`, fenced by its parent's
+  /// `fence`, then `start`s it if new, or, stored before by the same call
+  /// (a crash in between), runs `again`; reports the outcome of operation
+  /// `seq` to `me` (another run under that id: a terminal error).
+  static void create_child_run(
+    runtime_impl& rt, const mailbox& me, std::int32_t seq,
+    const persistence::fence& fence, persistence::run_record child,
+    const std::function<void(persistence::run_record&)>& start,
+    const std::function<void(const persistence::run_record&)>& again);
 
   // -- sleeping -----------------------------------------------------------------
 

@@ -84,34 +84,17 @@ void execution::start_call() {
     if (!persistence::is_valid_name(call.object_key))
       return report(persistence::outcome::terminal,
                     "object keys must be 1 to 255 bytes of UTF-8 without NUL");
-    try {
-      auto to = rt->objects->prepare(call);
-      auto result = rt->stores->with(
-        [&](persistence::store& db) { return db.create_child(fence, call); });
-      if (!result) {
-        send_signal(me, run_signal::fenced, seq);
-        return;
-      }
-      if (result->created) {
-        rt->objects->deliver(to, call);
-      } else if (result->run.name != call.name
-                 || result->run.inputs != call.inputs
-                 || result->run.parent_id != call.parent_id) {
-        return report(persistence::outcome::terminal,
-                      "call id '" + call.id + "' already names another run");
-      } else {
+    auto to = rt->objects->prepare(call);
+    auto type_key = std::make_pair(call.object_type, call.object_key);
+    create_child_run(
+      *rt, me, seq, fence, call,
+      [rt, &to, &call](persistence::run_record&) {
+        rt->objects->deliver(to, call); // the record as prepared
+      },
+      [rt, &type_key](const persistence::run_record&) {
         // Stored before a crash: make sure its key's holder runs it.
-        rt->objects->reach(call.object_type, call.object_key, true);
-      }
-      report(persistence::outcome::value, {});
-    } catch (const perdure::error& ex) {
-      if (outage(ex.code()))
-        send_signal(me, run_signal::restart, seq);
-      else
-        report(persistence::outcome::failed, ex.what());
-    } catch (const std::exception& ex) {
-      report(persistence::outcome::failed, ex.what());
-    }
+        rt->objects->reach(type_key.first, type_key.second, true);
+      });
   });
 }
 

@@ -147,44 +147,59 @@ void execution::start_child() {
   child.parent_id = run_id_;
   auto me = mailbox_;
   rt->control->post([me, seq = op->seq, child = std::move(child), rt = rt,
-                     fence = owner()] {
-    auto report = [&](persistence::outcome o, std::string error) {
-      send_outcome(me, seq, o, {}, std::move(error), false);
-    };
+                     fence = owner()]() mutable {
     if (rt->workflows.count(child.name) == 0)
-      return report(persistence::outcome::terminal,
-                    "no workflow registered as '" + child.name + "'");
-    if (!persistence::is_valid_name(child.id))
-      return report(persistence::outcome::terminal,
-                    "child ids must be 1 to 255 bytes of UTF-8 without NUL");
-    try {
-      auto result = rt->stores->with(
-        [&](persistence::store& db) { return db.create_child(fence, child); });
-      if (!result) {
-        send_signal(me, run_signal::fenced, seq);
-        return;
-      }
-      if (result->created) {
-        rt->spawn_run(std::move(result->run), {});
-      } else if (result->run.name != child.name
-                 || result->run.inputs != child.inputs
-                 || result->run.parent_id != child.parent_id) {
-        return report(persistence::outcome::terminal,
-                      "child id '" + child.id
-                        + "' already names another run");
-      } else {
-        rt->revive(child.id); // ours from before a crash: make sure it runs
-      }
-      report(persistence::outcome::value, {});
-    } catch (const perdure::error& ex) {
-      if (outage(ex.code()))
-        send_signal(me, run_signal::restart, seq);
-      else
-        report(persistence::outcome::failed, ex.what());
-    } catch (const std::exception& ex) {
-      report(persistence::outcome::failed, ex.what());
-    }
+      return send_outcome(me, seq, persistence::outcome::terminal, {},
+                          "no workflow registered as '" + child.name + "'",
+                          false);
+    create_child_run(
+      *rt, me, seq, fence, std::move(child),
+      [rt](persistence::run_record& created) {
+        rt->spawn_run(std::move(created), {});
+      },
+      [rt](const persistence::run_record& again) {
+        rt->revive(again.id); // ours from before a crash: make sure it runs
+      });
   });
+}
+
+void execution::create_child_run(
+  runtime_impl& rt, const mailbox& me, std::int32_t seq,
+  const persistence::fence& fence, persistence::run_record child,
+  const std::function<void(persistence::run_record&)>& start,
+  const std::function<void(const persistence::run_record&)>& again) {
+  auto report = [&](persistence::outcome o, std::string error) {
+    send_outcome(me, seq, o, {}, std::move(error), false);
+  };
+  if (!persistence::is_valid_name(child.id))
+    return report(persistence::outcome::terminal,
+                  "child ids must be 1 to 255 bytes of UTF-8 without NUL");
+  try {
+    auto result = rt.stores->with(
+      [&](persistence::store& db) { return db.create_child(fence, child); });
+    if (!result) {
+      send_signal(me, run_signal::fenced, seq);
+      return;
+    }
+    if (result->created) {
+      start(result->run);
+    } else if (result->run.name != child.name
+               || result->run.inputs != child.inputs
+               || result->run.parent_id != child.parent_id) {
+      return report(persistence::outcome::terminal,
+                    "child id '" + child.id + "' already names another run");
+    } else {
+      again(result->run);
+    }
+    report(persistence::outcome::value, {});
+  } catch (const perdure::error& ex) {
+    if (outage(ex.code()))
+      send_signal(me, run_signal::restart, seq);
+    else
+      report(persistence::outcome::failed, ex.what());
+  } catch (const std::exception& ex) {
+    report(persistence::outcome::failed, ex.what());
+  }
 }
 
 std::chrono::milliseconds execution::retry_delay() const {

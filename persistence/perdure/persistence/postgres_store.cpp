@@ -191,6 +191,21 @@ std::string create_runs_sql(const std::string& s, int first) {
            "NOTHING RETURNING id";
 }
 
+/// Adds `c` to the seven arrays a completion is written from.
+void add_completion(const completion_write& c, detail::pg_array& ids,
+                    detail::pg_array& execs, detail::pg_array& epochs,
+                    detail::pg_array& statuses, detail::pg_array& outputs,
+                    detail::pg_array& errors, detail::pg_array& ats) {
+  ids.add(c.run_id);
+  execs.add(c.owner.executor);
+  epochs.add(c.owner.epoch);
+  statuses.add(to_string(c.status));
+  outputs.add_opt(c.output ? std::optional{detail::to_hex(*c.output)}
+                           : std::nullopt);
+  errors.add_opt(c.error);
+  ats.add(c.at_ms);
+}
+
 /// Returns the condition that a run's workflow is one of `names` (a text[]
 /// parameter) and its app version none or `version` (see `claim_filter`).
 std::string claimable(const std::string& names, const std::string& version) {
@@ -965,16 +980,8 @@ batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
     ats.add(e.created_at_ms);
   }
   detail::pg_array c_ids, c_execs, c_epochs, c_status, c_out, c_err, c_at;
-  for (auto& c : batch.completions) {
-    c_ids.add(c.run_id);
-    c_execs.add(c.owner.executor);
-    c_epochs.add(c.owner.epoch);
-    c_status.add(to_string(c.status));
-    c_out.add_opt(c.output ? std::optional{detail::to_hex(*c.output)}
-                           : std::nullopt);
-    c_err.add_opt(c.error);
-    c_at.add(c.at_ms);
-  }
+  for (auto& c : batch.completions)
+    add_completion(c, c_ids, c_execs, c_epochs, c_status, c_out, c_err, c_at);
   creation_arrays n{batch.creates};
   // Re-running after an in-doubt commit is safe: a journal index written
   // already is kept (and reported), a completion to the same status is
@@ -1619,17 +1626,10 @@ std::vector<bool> postgres_store::commit_invocations(
   detail::pg_array types, keys, ids, execs, epochs, statuses, outputs, errors,
     ats, states, bases;
   for (auto& i : invocations) {
-    auto& c = i.completion;
     types.add(i.object_type);
     keys.add(i.object_key);
-    ids.add(c.run_id);
-    execs.add(c.owner.executor);
-    epochs.add(c.owner.epoch);
-    statuses.add(to_string(c.status));
-    outputs.add_opt(c.output ? std::optional{detail::to_hex(*c.output)}
-                             : std::nullopt);
-    errors.add_opt(c.error);
-    ats.add(c.at_ms);
+    add_completion(i.completion, ids, execs, epochs, statuses, outputs, errors,
+                   ats);
     states.add_opt(i.state ? std::optional{detail::to_hex(*i.state)}
                            : std::nullopt);
     bases.add(i.base_version);

@@ -873,24 +873,8 @@ batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
       }
       result.appends.push_back(ok);
     }
-    for (auto& c : batch.completions) {
-      // The same status again is accepted (an in-doubt completion re-sent).
-      prepare("UPDATE runs SET status = ?1, output = ?2, error = ?3, "
-              "updated_at = ?4 WHERE id = ?5 AND executor = ?6 AND epoch = ?7 "
-              "AND (status = 'PENDING' OR status = ?1)")
-        .bind(1, to_string(c.status))
-        .bind_opt_blob(2, c.output)
-        .bind_opt(3, c.error)
-        .bind(4, c.at_ms)
-        .bind(5, c.run_id)
-        .bind(6, c.owner.executor)
-        .bind(7, c.owner.epoch)
-        .run();
-      auto completed = sqlite3_changes(db_) == 1;
-      if (completed)
-        mark_parent_delivered(c.run_id, c.at_ms);
-      result.completions.push_back(completed);
-    }
+    for (auto& c : batch.completions)
+      result.completions.push_back(complete_run(c));
     result.invocations.reserve(batch.invocations.size());
     for (auto& i : batch.invocations)
       result.invocations.push_back(commit_invocation(i));
@@ -1118,20 +1102,8 @@ constexpr const char* holder_gone
 
 } // namespace
 
-bool sqlite_store::commit_invocation(const invocation_commit& i) {
-  auto& c = i.completion;
-  auto& held = prepare("SELECT 1 FROM objects WHERE type = ?1 AND key = ?2 AND "
-                       "executor = ?3 AND epoch = ?4 AND (?5 IS NULL OR "
-                       "version = ?5)");
-  held.bind(1, i.object_type)
-    .bind(2, i.object_key)
-    .bind(3, c.owner.executor)
-    .bind(4, c.owner.epoch)
-    .bind_opt_int(5, i.state ? std::optional{i.base_version} : std::nullopt);
-  auto ok = held.step();
-  held.reset();
-  if (!ok)
-    return false;
+bool sqlite_store::complete_run(const completion_write& c) {
+  // The same status again is accepted (an in-doubt completion re-sent).
   prepare("UPDATE runs SET status = ?1, output = ?2, error = ?3, updated_at = "
           "?4 WHERE id = ?5 AND executor = ?6 AND epoch = ?7 AND (status = "
           "'PENDING' OR status = ?1)")
@@ -1146,6 +1118,25 @@ bool sqlite_store::commit_invocation(const invocation_commit& i) {
   if (sqlite3_changes(db_) != 1)
     return false;
   mark_parent_delivered(c.run_id, c.at_ms);
+  return true;
+}
+
+bool sqlite_store::commit_invocation(const invocation_commit& i) {
+  auto& c = i.completion;
+  auto& held = prepare("SELECT 1 FROM objects WHERE type = ?1 AND key = ?2 AND "
+                       "executor = ?3 AND epoch = ?4 AND (?5 IS NULL OR "
+                       "version = ?5)");
+  held.bind(1, i.object_type)
+    .bind(2, i.object_key)
+    .bind(3, c.owner.executor)
+    .bind(4, c.owner.epoch)
+    .bind_opt_int(5, i.state ? std::optional{i.base_version} : std::nullopt);
+  auto ok = held.step();
+  held.reset();
+  if (!ok)
+    return false;
+  if (!complete_run(c))
+    return false;
   if (i.state)
     prepare("UPDATE objects SET state = ?1, version = version + 1, updated_at "
             "= ?2 WHERE type = ?3 AND key = ?4")

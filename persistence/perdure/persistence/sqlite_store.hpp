@@ -125,6 +125,9 @@ private:
   std::optional<journal_entry> recorded_entry(const std::string& run_id,
                                               std::int32_t seq);
   bool insert_run(const run_record& run);
+  /// Writes run `c.run_id`'s final status if `c.owner` still holds it
+  /// (and marks a passivated parent); returns whether it did.
+  bool complete_run(const completion_write& c);
   /// Ends invocation `i` if its key and run are still its owner's.
   bool commit_invocation(const invocation_commit& i);
   /// Moves the key's invocations in `statuses` (an SQL list) under
