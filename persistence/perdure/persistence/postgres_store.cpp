@@ -252,6 +252,15 @@ struct postgres_store::creation_arrays {
                             : std::optional{run.object_key});
     }
   }
+
+  /// Inserts them (`create_runs`), noting the ids inserted in `out`.
+  void insert(pqxx::transaction_base& w, batch_outcome& out) const {
+    for (const auto& row : w.exec_prepared(
+           "create_runs", ids.str(), names.str(), statuses.str(), inputs.str(),
+           execs.str(), epochs.str(), versions.str(), ats.str(), parents.str(),
+           deadlines.str(), object_types.str(), object_keys.str()))
+      out.inserted.insert(row[0].as<std::string>());
+  }
 };
 
 namespace {
@@ -1004,12 +1013,7 @@ batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
     pqxx::nontransaction w{*conn_};
     if (batch.appends.empty() && batch.completions.empty()) {
       // Creations alone (calls, starts): the lean statement.
-      for (const auto& row : w.exec_prepared(
-             "create_runs", n.ids.str(), n.names.str(), n.statuses.str(),
-             n.inputs.str(), n.execs.str(), n.epochs.str(), n.versions.str(),
-             n.ats.str(), n.parents.str(), n.deadlines.str(),
-             n.object_types.str(), n.object_keys.str()))
-        out.inserted.insert(row[0].as<std::string>());
+      n.insert(w, out);
       return make_result(batch, out);
     }
     auto rows = batch.creates.empty() && batch.completions.empty()
@@ -1080,12 +1084,7 @@ void postgres_store::copy_batch(const persistence::write_batch& batch,
   // row than INSERT ... SELECT), then completions, in one transaction.
   pqxx::work w{*conn_};
   if (!batch.creates.empty())
-    for (const auto& row : w.exec_prepared(
-           "create_runs", n.ids.str(), n.names.str(), n.statuses.str(),
-           n.inputs.str(), n.execs.str(), n.epochs.str(), n.versions.str(),
-           n.ats.str(), n.parents.str(), n.deadlines.str(),
-           n.object_types.str(), n.object_keys.str()))
-      out.inserted.insert(row[0].as<std::string>());
+    n.insert(w, out);
   for (const auto& row : w.exec_prepared("fence_check", f_ids, f_execs, f_epochs,
                                           lease()))
     out.owned.insert(owned_key(row[1].as<std::int64_t>(),
