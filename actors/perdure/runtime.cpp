@@ -116,6 +116,8 @@ runtime_impl::runtime_impl(config c, bool client)
     clock(cfg.clock ? cfg.clock : perdure::system_clock()),
     instance_(random_id()),
     logger_(cfg.logger ? cfg.logger : spdlog::default_logger()) {
+  // Before the lease's heartbeats, which may drop its keys.
+  objects = std::make_unique<object_directory>(*this);
   if (cfg.executor_id.empty())
     cfg.executor_id = process_executor_id();
 }
@@ -263,7 +265,6 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     } else
       wake(t.run_id, t.seq);
   });
-  objects = std::make_unique<object_directory>(*this);
   {
     std::lock_guard guard{active_mtx_};
     running_ = true;
@@ -453,12 +454,18 @@ void runtime_impl::count_left() {
 }
 
 void runtime_impl::lose_lease() {
-  std::lock_guard guard{active_mtx_};
-  lease_lost_ = true;
-  for (auto& [id, a] : active_)
-    signal_run(a.actor, a.exec, run_signal::drop, -1);
-  active_.clear();
-  orphans_.clear();
+  {
+    std::lock_guard guard{active_mtx_};
+    lease_lost_ = true;
+    for (auto& [id, a] : active_)
+      if (a.exec == 0) // object actors go below, with their queues
+        signal_run(a.actor, a.exec, run_signal::drop, -1);
+    active_.clear();
+    orphans_.clear();
+  }
+  // After active_mtx_: the directory takes its own lock, then that one.
+  for (auto& actor : objects->drop_all())
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
 }
 
 void runtime_impl::regain_lease() {
@@ -470,6 +477,8 @@ void runtime_impl::regain_lease() {
   control->post([this] {
     try {
       recover();
+      objects->revive_dropped();
+      objects->recover();
     } catch (const std::exception& ex) {
       log().warn("perdure: recovery after regaining the lease failed: {}",
                  ex.what());
@@ -503,8 +512,14 @@ void runtime_impl::stop() {
     clients_done_.wait(guard, [this] { return client_calls_ == 0; });
   }
   {
-    std::lock_guard guard{callbacks_mtx_};
-    callbacks_.reset(); // before the stores it reads
+    // Joined outside the lock: a callback may call when_done (which
+    // throws not_running now) or wait for a run whose end takes it.
+    std::unique_ptr<end_callbacks> callbacks;
+    {
+      std::lock_guard guard{callbacks_mtx_};
+      callbacks = std::move(callbacks_);
+    }
+    callbacks.reset(); // before the stores it reads
   }
   if (client_mode) {
     stores.reset();
@@ -545,7 +560,7 @@ void runtime_impl::shut_down() {
   steps.reset();
   control.reset();
   writer.reset();
-  objects.reset();
+  (void)objects->drop_all(); // its actor handles go before the system
   // Every write is in: others may take the rest over. The heartbeat ran
   // until now (actors finishing may take longer than a lease).
   if (lease_)
@@ -623,7 +638,10 @@ void runtime_impl::cancelled(const std::string& id) {
     auto i = active_.find(id);
     if (i != active_.end()) {
       // The actor stops and reports the end itself.
-      signal_run(i->second.actor, i->second.exec, run_signal::cancel, 0);
+      if (i->second.exec == queued_exec)
+        cancel_queued(i->second.actor, id); // an invocation not started
+      else
+        signal_run(i->second.actor, i->second.exec, run_signal::cancel, 0);
       return;
     }
   }

@@ -300,9 +300,9 @@ public:
   /// Sends a call of handler `handler` of object `key` of type `type` with
   /// `input` to the key's inbox, durably and once (replay sends nothing
   /// twice), and goes on: `co_await` the returned handle for the reply. A
-  /// call that would wait for a key this call chain holds (A calls A, A
-  /// calls B calls A) fails at once with a `terminal_error` naming the
-  /// cycle.
+  /// send does not hold the caller's key for the callee: to wait for the
+  /// reply inside an exclusive handler, use `call`, whose cycles are
+  /// detected.
   template <class R, class A>
   detail::child_start<R> send(const std::string& type, const std::string& key,
                               const std::string& handler, const A& input) {
@@ -315,8 +315,9 @@ public:
   detail::child_start<R> send_encoded(const std::string& type,
                                       const std::string& key,
                                       const std::string& handler,
-                                      std::string input) {
+                                      std::string input, bool awaited = false) {
     auto op = next_operation(persistence::entry_kind::child, "call", {});
+    op.awaited = awaited;
     op.child_workflow = handler;
     op.object_type = type;
     op.object_key = key;
@@ -326,11 +327,16 @@ public:
   }
 
   /// Calls handler `handler` of object `key` with `input` and returns its
-  /// reply (see `send`); a handler that failed throws `terminal_error`.
+  /// reply (see `send`); a handler that failed throws `terminal_error`. A
+  /// call that would wait for a key this call chain holds (A calls A, A
+  /// calls B calls A, also through child workflows) fails at once with a
+  /// `terminal_error` naming the cycle.
   template <class R, class A>
   task<R> call(std::string type, std::string key, std::string handler,
                A input) {
-    auto reply = co_await send<R>(type, key, handler, input);
+    auto reply = co_await send_encoded<R>(
+      type, key, handler,
+      persistence::encode(input, core_->payload_encoding()), true);
     co_return co_await reply;
   }
 

@@ -105,6 +105,31 @@ protected:
                  });
                  co_return ctx.state().total;
                })
+      .handler("slow_add",
+               [](object_context<counter>& ctx, std::int64_t n)
+                 -> task<std::int64_t> {
+                 co_await ctx.step("wait", [] {
+                   std::this_thread::sleep_for(300ms);
+                   return 0;
+                 });
+                 ctx.state().total += n;
+                 co_return ctx.state().total;
+               })
+      .handler("send_back",
+               [](object_context<counter>& ctx, std::string other)
+                 -> task<std::int64_t> {
+                 // A send holds nothing: other may call this key back.
+                 co_await ctx.send<std::int64_t>(
+                   "counter", other, "call_add",
+                   std::pair<std::string, std::int64_t>{ctx.key(), 1});
+                 co_return 0;
+               })
+      .handler("via_child",
+               [](object_context<counter>& ctx) -> task<std::int64_t> {
+                 auto child = co_await ctx.start_child<std::int64_t>(
+                   "add_to", ctx.key());
+                 co_return co_await child;
+               })
       .handler("doubled_by_child",
                [](object_context<counter>& ctx) -> task<std::int64_t> {
                  auto child = co_await ctx.start_child<std::int64_t>(
@@ -115,6 +140,12 @@ protected:
     rt->register_workflow("double",
                           [](workflow_context&, std::int64_t n)
                             -> task<std::int64_t> { co_return 2 * n; });
+    rt->register_workflow("add_to",
+                          [](workflow_context& ctx, std::string key)
+                            -> task<std::int64_t> {
+                            co_return co_await ctx.call<std::int64_t>(
+                              "counter", key, "add", std::int64_t{1});
+                          });
     rt->register_workflow(
       "transfer",
       [](workflow_context& ctx, std::pair<std::string, std::string> between)
@@ -510,6 +541,43 @@ TEST_F(object_test, callbacks_wait_for_replies_without_holding_threads) {
   std::sort(replies.begin(), replies.end());
   for (int n = 0; n < sends; ++n)
     EXPECT_EQ(replies[n], n + 1);
+}
+
+TEST_F(object_test, cycles_through_child_workflows_fail_and_sends_hold_nothing) {
+  auto rt = make();
+  rt->start();
+  // A handler of a waits for a child workflow that calls a: a cycle.
+  try {
+    rt->call<std::int64_t>("counter", "a", "via_child");
+    FAIL() << "a cycle through a child workflow ran";
+  } catch (const error& ex) {
+    EXPECT_NE(std::string{ex.what()}.find("call cycle"), std::string::npos)
+      << ex.what();
+  }
+  // A handler of a sends to b, which calls a back: no wait, no cycle.
+  rt->call<std::int64_t>("counter", "a", "send_back", std::string{"b"});
+  EXPECT_TRUE(test::eventually([&] {
+    auto a = rt->object_state<counter>("counter", "a");
+    auto b = rt->object_state<counter>("counter", "b");
+    return a && a->total == 1 && b && b->total == 1000;
+  }));
+}
+
+TEST_F(object_test, a_call_cancelled_while_queued_never_runs) {
+  auto rt = make();
+  rt->start();
+  auto slow = rt->send<std::int64_t>("counter", "q", "slow_add", std::int64_t{1});
+  auto queued = rt->send<std::int64_t>("counter", "q", "add", std::int64_t{100});
+  rt->cancel(queued.id());
+  try {
+    queued.get(20s);
+    FAIL() << "a cancelled call returned";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::workflow_cancelled);
+  }
+  EXPECT_EQ(slow.get(20s), 1);
+  // The key goes on serving, without the cancelled call's effect.
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "q", "add", std::int64_t{1}), 2);
 }
 
 } // namespace

@@ -242,6 +242,10 @@ private:
   /// stored in the key's inbox (fenced by this run) and delivered.
   void start_call();
 
+  /// Returns the call chain a run this one starts serves: this run's, plus
+  /// the key it holds if it waits for the callee (`awaited`).
+  std::string callee_chain(bool awaited) const;
+
   /// On the control executor: creates `child`, fenced by its parent's
   /// `fence`, then `start`s it if new, or, stored before by the same call
   /// (a crash in between), runs `again`; reports the outcome of operation

@@ -39,13 +39,18 @@ std::string readable(const std::string& key) {
 
 } // namespace
 
+std::string execution::callee_chain(bool awaited) const {
+  auto chain = call_chain ? *call_chain : std::string{};
+  auto held = host_->held_key();
+  if (awaited && !held.empty())
+    chain = chain.empty() ? held : chain + chain_separator + held;
+  return chain;
+}
+
 void execution::start_call() {
   ++attempt;
   auto target = op->object_type + key_separator + op->object_key;
-  auto chain = call_chain ? *call_chain : std::string{};
-  auto held = host_->held_key();
-  if (!held.empty())
-    chain = chain.empty() ? held : chain + chain_separator + held;
+  auto chain = callee_chain(op->awaited);
   // A call to a key this chain holds waits for itself: refused at once.
   std::string cycle;
   for (auto& k : keys_of(chain))

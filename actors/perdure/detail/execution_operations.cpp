@@ -145,6 +145,9 @@ void execution::start_child() {
   child.app_version = rt->cfg.app_version;
   child.created_at_ms = detail::now_ms();
   child.parent_id = run_id_;
+  // The chain of held keys goes on through child workflows (a handler
+  // waiting for a child that calls it back would wait for itself).
+  child.call_chain = callee_chain(true);
   auto me = mailbox_;
   rt->control->post([me, seq = op->seq, child = std::move(child), rt = rt,
                      fence = owner()]() mutable {

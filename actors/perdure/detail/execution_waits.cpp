@@ -148,7 +148,12 @@ void execution::on_found(std::int32_t seq, bool found, std::int32_t index,
     passivate(due == 0 ? passivated_forever : due);
     return;
   }
-  auto next = waiting_since + threshold;
+  // A run that stays in memory (an object's invocation) still reads the
+  // store now and then: a wake lost on the way (a dropped notice) must not
+  // hold its key forever.
+  auto next = host_->may_passivate()
+                ? waiting_since + threshold
+                : now + rt->cfg.passivate_after.count();
   if (due > 0)
     next = std::min(next, due);
   if (next <= now)

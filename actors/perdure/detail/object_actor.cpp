@@ -7,6 +7,8 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <unordered_map>
@@ -64,7 +66,7 @@ struct invocation final : execution_host {
   bool shared = false;
   bool left = false;
   /// Its end is written (see `final_write`): it only waits for the commit.
-  bool submitted = false;
+  std::atomic<bool> submitted{false};
   execution exec;
 
   void quit() override {
@@ -138,6 +140,8 @@ struct object_host {
   /// Leaves memory; `revive`: the key's invocations may be left, so it is
   /// claimed again soon.
   void leave(bool revive);
+  /// Quits the actor, telling the runtime of the invocations it leaves.
+  void quit();
 };
 
 std::unique_ptr<run_driver>
@@ -163,10 +167,12 @@ persistence::write invocation::final_write(persistence::completion_write c) {
   persistence::invocation_commit i;
   i.object_type = obj->type;
   i.object_key = obj->key;
+  i.checks_base = !shared;
+  i.base_version = obj->next_base; // what it ran on
   if (c.status == run_status::success && !shared) {
     try {
       i.state = obj->state->encode(obj->rt->cfg.payload_encoding);
-      i.base_version = obj->next_base++;
+      ++obj->next_base;
       obj->written = *i.state;
     } catch (const std::exception& ex) {
       c.status = run_status::error;
@@ -174,7 +180,7 @@ persistence::write invocation::final_write(persistence::completion_write c) {
       c.error = std::string{"the state could not be encoded: "} + ex.what();
     }
   }
-  if (!i.state && !obj->unreadable) {
+  if (!i.state && !shared && !obj->unreadable) {
     try {
       obj->state->decode(obj->written); // a failure changes nothing
     } catch (const std::exception& ex) {
@@ -299,8 +305,9 @@ void object_host::finished(std::unique_ptr<invocation> inv) {
     doomed = true;
   }
   if (stopping && !doomed) {
-    if (bodies_done())
-      self->quit();
+    // Ends being committed are waited for: their callers hear of them.
+    if (committing.empty() && bodies_done())
+      quit();
     return;
   }
   if (current || !committing.empty() || !readers.empty()) {
@@ -333,7 +340,7 @@ void object_host::take_inbox() {
                      "trying again",
                      type, key, ex.what());
       caf::delayed_anon_send(me, std::chrono::milliseconds{200},
-                             object_message{inbox_news{}});
+                             object_message{inbox_news{false}});
       taken.runs.emplace();
     }
     caf::anon_send(me, object_message{std::move(taken)});
@@ -347,7 +354,25 @@ void object_host::leave(bool revive) {
   queue.clear();
   rt->objects->stopped(type, key, caf::actor_cast<caf::actor>(self), revive);
   if (!current && committing.empty() && readers.empty())
-    self->quit();
+    quit();
+}
+
+void object_host::quit() {
+  // Whatever is still here is not run or ended by this actor: the runtime
+  // forgets it, and its callers read the store.
+  for (auto& run : queue)
+    rt->run_stopped(run.id, std::nullopt, -1);
+  queue.clear();
+  auto forget = [&](invocation& inv) {
+    rt->run_stopped(inv.exec.run_id(), std::nullopt, owner.epoch);
+  };
+  if (current)
+    forget(*current);
+  for (auto& [tag, r] : readers)
+    forget(*r);
+  for (auto& [tag, c] : committing)
+    forget(*c);
+  self->quit();
 }
 
 void object_host::on(object_message& message) {
@@ -361,7 +386,9 @@ void object_host::on(object_message& message) {
       h.queue.push_back(std::move(m.run));
       h.run_next();
     }
-    void operator()(inbox_news&) {
+    void operator()(inbox_news& m) {
+      if (m.handed)
+        ++h.received; // counted as handed (see object_directory::reach)
       h.take_inbox();
     }
     void operator()(inbox_taken& m) {
@@ -376,6 +403,31 @@ void object_host::on(object_message& message) {
         h.take_inbox();
       h.run_next();
     }
+    void operator()(queued_cancel& m) {
+      auto q = std::find_if(h.queue.begin(), h.queue.end(),
+                            [&](auto& run) { return run.id == m.run_id; });
+      if (q != h.queue.end()) { // never runs: the store says CANCELLED
+        h.queue.erase(q);
+        h.rt->run_stopped(m.run_id,
+                          run_outcome{run_status::cancelled, std::nullopt,
+                                      std::string{"cancelled"}},
+                          -1);
+        return;
+      }
+      // Started meanwhile: its execution observes the cancel.
+      auto started = [&](invocation& inv) {
+        if (inv.exec.run_id() != m.run_id)
+          return false;
+        tagged_run_message t{inv.tag, signalled{run_signal::cancel, 0}};
+        h.deliver(t);
+        return true;
+      };
+      if (h.current && started(*h.current))
+        return;
+      for (auto& [tag, r] : h.readers)
+        if (started(*r))
+          return;
+    }
     void operator()(idle_check& m) {
       if (m.generation != h.idle_generation || h.current || !h.queue.empty()
           || !h.committing.empty() || !h.readers.empty() || h.taking_inbox
@@ -384,7 +436,7 @@ void object_host::on(object_message& message) {
       if (h.rt->objects->try_passivate(h.type, h.key,
                                        caf::actor_cast<caf::actor>(h.self),
                                        h.received))
-        h.self->quit();
+        h.quit();
     }
   };
   std::visit(visitor{*this}, message);
@@ -409,6 +461,10 @@ caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
       r->exec.on_host_failure();
     self->state.rt->objects->stopped(self->state.type, self->state.key,
                                      caf::actor_cast<caf::actor>(self), true);
+    for (auto& run : self->state.queue)
+      rt->run_stopped(run.id, std::nullopt, -1);
+    for (auto& [tag, c] : self->state.committing)
+      rt->run_stopped(c->exec.run_id(), std::nullopt, self->state.owner.epoch);
     return caf::sec::runtime_error;
   });
   // runtime::stop(): the invocation running stays until its step body
@@ -416,9 +472,11 @@ caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
   self->set_exit_handler([self](caf::exit_msg& msg) {
     auto& h = self->state;
     h.stopping = true;
-    // Those committing run no body: nothing of theirs outlives the actor.
-    if (h.bodies_done())
-      self->quit(msg.reason);
+    // Ends being committed are waited for (the writer outlives the actors);
+    // the rest go once no step body of theirs runs.
+    (void)msg;
+    if (h.committing.empty() && h.bodies_done())
+      h.quit();
   });
   host.init(std::move(a));
   return {
@@ -435,6 +493,10 @@ caf::actor spawn_object_actor(caf::actor_system& sys, runtime_impl& rt,
 
 void hand_invocation(const caf::actor& object, persistence::run_record run) {
   caf::anon_send(object, object_message{invocation_arrived{std::move(run)}});
+}
+
+void cancel_queued(const caf::actor& object, std::string run_id) {
+  caf::anon_send(object, object_message{queued_cancel{std::move(run_id)}});
 }
 
 void tell_inbox_news(const caf::actor& object) {

@@ -32,6 +32,9 @@ caf::actor spawn_object_actor(caf::actor_system& sys, runtime_impl& rt,
 /// key's actor.
 void hand_invocation(const caf::actor& object, persistence::run_record run);
 
+/// Tells the key's actor that queued invocation `run_id` was cancelled.
+void cancel_queued(const caf::actor& object, std::string run_id);
+
 /// Tells the key's actor that invocations were stored ENQUEUED for it.
 void tell_inbox_news(const caf::actor& object);
 

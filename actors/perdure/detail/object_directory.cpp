@@ -62,6 +62,7 @@ void object_directory::reach(const std::string& type, const std::string& key,
     std::unique_lock guard{mtx_};
     settled_.wait(guard, [&] { return activating_.count(id) == 0; });
     if (auto i = active_.find(id); i != active_.end()) {
+      ++i->second.handed; // passivation waits for it (see try_passivate)
       tell_inbox_news(i->second.actor);
       return;
     }
@@ -123,7 +124,9 @@ bool object_directory::activate(const std::string& type,
   auto actor = rt_.spawn_object(std::move(a));
   if (!actor)
     return false; // stopping
-  active_[id_of(type, key)] = entry{*actor, epoch, 0};
+  auto id = id_of(type, key);
+  active_[id] = entry{*actor, epoch, 0};
+  names_[id] = {type, key};
   return true;
 }
 
@@ -139,11 +142,16 @@ void object_directory::recover() {
     });
     std::size_t claimed = 0;
     for (auto& [type, key] : keys) {
+      bool before = false;
+      {
+        std::lock_guard guard{mtx_};
+        before = active_.count(id_of(type, key)) > 0;
+      }
       reach(type, key, false);
       std::lock_guard guard{mtx_};
-      claimed += active_.count(id_of(type, key));
+      claimed += !before && active_.count(id_of(type, key)) > 0;
     }
-    // Keys held here were taken; a full page may hide more.
+    // A full page may hide more, as long as claims make progress.
     if (keys.size() < 512 || claimed == 0)
       return;
   }
@@ -153,8 +161,10 @@ void object_directory::stopped(const std::string& type, const std::string& key,
                                const caf::actor& actor, bool revive) {
   auto id = id_of(type, key);
   std::lock_guard guard{mtx_};
-  if (auto i = active_.find(id); i != active_.end() && i->second.actor == actor)
+  if (auto i = active_.find(id); i != active_.end() && i->second.actor == actor) {
     active_.erase(i);
+    names_.erase(id);
+  }
   if (revive) {
     if (orphans_.empty())
       orphans_due_ = std::chrono::steady_clock::now() + rt_.cfg.orphan_retry;
@@ -171,6 +181,7 @@ bool object_directory::try_passivate(const std::string& type,
   if (i == active_.end() || i->second.actor != actor
       || i->second.handed != received)
     return false;
+  names_.erase(i->first);
   active_.erase(i);
   return true;
 }
@@ -197,6 +208,29 @@ std::vector<caf::actor> object_directory::actors() {
   for (auto& [id, e] : active_)
     out.push_back(e.actor);
   return out;
+}
+
+std::vector<caf::actor> object_directory::drop_all() {
+  std::lock_guard guard{mtx_};
+  std::vector<caf::actor> out;
+  for (auto& [id, e] : active_) {
+    out.push_back(e.actor);
+    if (auto n = names_.find(id); n != names_.end())
+      dropped_.emplace(id, n->second);
+  }
+  active_.clear();
+  names_.clear();
+  return out;
+}
+
+void object_directory::revive_dropped() {
+  decltype(dropped_) dropped;
+  {
+    std::lock_guard guard{mtx_};
+    dropped.swap(dropped_);
+  }
+  for (auto& [id, which] : dropped)
+    reach(which.first, which.second, false);
 }
 
 std::size_t object_directory::size() {

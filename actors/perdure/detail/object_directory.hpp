@@ -63,6 +63,13 @@ public:
   /// Returns the actors in memory (to stop them).
   std::vector<caf::actor> actors();
 
+  /// The lease is lost: forgets every key here (returning their actors, to
+  /// stop) and remembers them for `revive_dropped`.
+  std::vector<caf::actor> drop_all();
+
+  /// The lease is back: claims the keys `drop_all` forgot.
+  void revive_dropped();
+
   /// Returns how many keys have an actor here.
   std::size_t size();
 
@@ -84,6 +91,9 @@ private:
   std::unordered_map<std::string, entry> active_;
   std::unordered_set<std::string> activating_;
   std::unordered_map<std::string, std::pair<std::string, std::string>> orphans_;
+  std::unordered_map<std::string, std::pair<std::string, std::string>> dropped_;
+  /// (type, key) of each active key, by id.
+  std::unordered_map<std::string, std::pair<std::string, std::string>> names_;
   std::chrono::steady_clock::time_point orphans_due_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -19,7 +20,10 @@ struct invocation_arrived {
 };
 
 /// Other processes stored invocations of this key (ENQUEUED): take them.
-struct inbox_news {};
+/// `handed`: sent by the directory (counted for passivation), not a retry.
+struct inbox_news {
+  bool handed = true;
+};
 
 /// What taking the ENQUEUED invocations found; nothing if the key is no
 /// longer this actor's.
@@ -27,12 +31,18 @@ struct inbox_taken {
   std::optional<std::vector<persistence::run_record>> runs;
 };
 
+/// Invocation `run_id` was cancelled (in the store) while it was queued.
+struct queued_cancel {
+  std::string run_id;
+};
+
 /// Idle since `generation`: leave memory if still idle.
 struct idle_check {
   std::uint64_t generation = 0;
 };
 
-using object_message = std::variant<tagged_run_message, invocation_arrived,
-                                    inbox_news, inbox_taken, idle_check>;
+using object_message
+  = std::variant<tagged_run_message, invocation_arrived, inbox_news,
+                 inbox_taken, queued_cancel, idle_check>;
 
 } // namespace perdure::detail

@@ -81,9 +81,11 @@ struct operation {
   /// An event's value; a child's workflow name and inputs.
   std::string payload;
   std::string child_workflow;
-  /// A call of an object's handler (`child_workflow`): the object.
+  /// A call of an object's handler (`child_workflow`): the object, and
+  /// whether the caller waits for it (`call`: it keeps holding its key).
   std::string object_type;
   std::string object_key;
+  bool awaited = false;
   /// What a `send` or `resolve` delivers (shared: retries reuse it).
   std::shared_ptr<const persistence::delivery> delivery;
 };

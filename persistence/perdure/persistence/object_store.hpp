@@ -42,7 +42,9 @@ public:
     = 0;
 
   /// Returns up to `limit` keys of the `types` with unended invocations
-  /// that `executor` may claim (see `claim_object`), as (type, key).
+  /// that need `executor`: keys nobody live holds (see `claim_object`), and
+  /// its own keys whose invocations wait unseen (ENQUEUED, or PENDING under
+  /// another epoch), as (type, key).
   virtual std::vector<std::pair<std::string, std::string>>
   claimable_objects(std::string_view executor,
                     const std::vector<std::string>& types, std::int64_t limit)

@@ -1568,11 +1568,14 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
               + "objects WHERE type = $1 AND key = $2 AND executor = $3 AND "
                 "epoch = $4 AND "
               + holds_lease(s, "$3", "$5") + " FOR SHARE");
+  // ENQUEUED ones, and PENDING ones stored under another epoch (handed to
+  // an actor that left meanwhile).
   c.prepare("take_inbox",
             "UPDATE " + s
               + "runs r SET executor = $3, epoch = $4, status = 'PENDING' "
-                "WHERE r.object_type = $1 AND r.object_key = $2 AND r.status "
-                "= 'ENQUEUED' RETURNING "
+                "WHERE r.object_type = $1 AND r.object_key = $2 AND (r.status "
+                "= 'ENQUEUED' OR (r.status = 'PENDING' AND (r.executor <> $3 "
+                "OR r.epoch <> $4))) RETURNING "
               + cols);
   c.prepare("get_object", "SELECT state, version, executor, epoch, updated_at "
                           "FROM " + s + "objects WHERE type = $1 AND key = $2");
@@ -1581,9 +1584,10 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
               + "runs r LEFT JOIN " + s
               + "objects o ON o.type = r.object_type AND o.key = r.object_key "
                 "WHERE r.object_type = ANY($2::text[]) AND r.status IN "
-                "('ENQUEUED', 'PENDING') AND (o.type IS NULL OR o.executor = "
-                "$1 OR "
-              + holder_gone(s, "o") + ") LIMIT $3");
+                "('ENQUEUED', 'PENDING') AND (o.type IS NULL OR "
+              + holder_gone(s, "o")
+              + " OR (o.executor = $1 AND (r.status = 'ENQUEUED' OR r.epoch <> "
+                "o.epoch))) LIMIT $3");
   c.prepare("list_object_keys", "SELECT key FROM " + s
                                   + "objects WHERE type = $1 AND key > $2 "
                                     "ORDER BY key LIMIT $3");
@@ -1595,21 +1599,25 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
     "commit_invocations",
     "WITH inv AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
     "$4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], "
-    "$9::bigint[], $10::text[], $12::bigint[]) WITH ORDINALITY AS i(type, "
-    "key, run_id, executor, epoch, status, output, error, at, state, base, "
-    "ord)), held AS (SELECT o.type, o.key FROM " + s
+    "$9::bigint[], $10::text[], $12::bigint[], $13::bool[]) WITH ORDINALITY "
+    "AS i(type, key, run_id, executor, epoch, status, output, error, at, "
+    "state, base, checks, ord)), ready AS (SELECT i.type, i.key FROM inv i "
+    "JOIN " + s
+      + "runs r ON r.id = i.run_id AND r.executor = i.executor AND r.epoch = "
+        "i.epoch AND (r.status = 'PENDING' OR r.status = i.status) FOR UPDATE "
+        "OF r), held AS (SELECT o.type, o.key FROM " + s
       + "objects o WHERE (o.type, o.key, o.executor, o.epoch) IN (SELECT type, "
         "key, executor, epoch FROM inv) AND o.version = COALESCE((SELECT "
         "min(i.base) FROM inv i WHERE i.type = o.type AND i.key = o.key AND "
-        "i.state IS NOT NULL), o.version) AND "
+        "i.checks), o.version) AND (SELECT count(*) FROM inv i WHERE i.type = "
+        "o.type AND i.key = o.key) = (SELECT count(*) FROM ready y WHERE "
+        "y.type = o.type AND y.key = o.key) AND "
       + holds_lease(s, "($4::text[])[1]", "$11")
       + " FOR UPDATE), done AS (UPDATE " + s
       + "runs r SET status = i.status, output = decode(i.output, 'hex'), error "
         "= i.error, updated_at = i.at FROM inv i WHERE r.id = i.run_id AND "
-        "r.executor = i.executor AND r.epoch = i.epoch AND (r.status = "
-        "'PENDING' OR r.status = i.status) AND (i.type, i.key) IN (SELECT "
-        "type, key FROM held) RETURNING r.id, r.parent_id, i.at), woken AS "
-        "(UPDATE " + s
+        "(i.type, i.key) IN (SELECT type, key FROM held) RETURNING r.id, "
+        "r.parent_id, i.at), woken AS (UPDATE " + s
       + "runs p SET wake_at = 0 FROM done d WHERE p.id = d.parent_id AND "
         "p.wake_at > d.at), stated AS (UPDATE " + s
       + "objects o SET state = decode(l.state, 'hex'), version = o.version + "
@@ -1623,7 +1631,7 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
 std::vector<bool> postgres_store::commit_invocations(
   const std::vector<invocation_commit>& invocations) {
   detail::pg_array types, keys, ids, execs, epochs, statuses, outputs, errors,
-    ats, states, bases;
+    ats, states, bases, checks;
   for (auto& i : invocations) {
     types.add(i.object_type);
     keys.add(i.object_key);
@@ -1632,6 +1640,7 @@ std::vector<bool> postgres_store::commit_invocations(
     states.add_opt(i.state ? std::optional{detail::to_hex(*i.state)}
                            : std::nullopt);
     bases.add(i.base_version);
+    checks.add(i.checks_base ? "t" : "f");
   }
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
@@ -1639,7 +1648,8 @@ std::vector<bool> postgres_store::commit_invocations(
     for (const auto& row : w.exec_prepared(
            "commit_invocations", types.str(), keys.str(), ids.str(),
            execs.str(), epochs.str(), statuses.str(), outputs.str(),
-           errors.str(), ats.str(), states.str(), lease(), bases.str()))
+           errors.str(), ats.str(), states.str(), lease(), bases.str(),
+           checks.str()))
       done.insert(row[0].as<std::string>());
     std::vector<bool> out;
     out.reserve(invocations.size());

@@ -226,10 +226,12 @@ struct invocation_commit {
   std::string object_type;
   std::string object_key;
   std::optional<std::string> state;
-  /// With a state: the object's version this state was computed from. The
-  /// key's invocations may commit in a pipeline (the next runs while this
-  /// one commits): a state whose predecessor did not commit is refused.
+  /// The object's version the invocation ran on. The key's invocations may
+  /// commit in a pipeline (the next runs while this one commits): an
+  /// exclusive one (`checks_base`) whose predecessor did not commit is
+  /// refused, with a state or without (its outcome may rest on that state).
   std::int64_t base_version = 0;
+  bool checks_base = false;
 };
 
 /// One write of the group-commit writer. A new kind of write is one more

@@ -476,7 +476,8 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
                                                   bool count_attempt) {
   return in_transaction([&]() -> std::optional<run_record> {
     auto& sel = prepare("SELECT name, app_version FROM runs WHERE id = ?1 AND "
-                        "executor = ?2 AND status = 'PENDING'");
+                        "executor = ?2 AND status = 'PENDING' AND object_type "
+                        "IS NULL");
     sel.bind(1, id).bind(2, executor);
     auto ok = sel.step() && filter.admits(sel.text(0), sel.text(1));
     sel.reset();
@@ -1130,7 +1131,8 @@ bool sqlite_store::commit_invocation(const invocation_commit& i) {
     .bind(2, i.object_key)
     .bind(3, c.owner.executor)
     .bind(4, c.owner.epoch)
-    .bind_opt_int(5, i.state ? std::optional{i.base_version} : std::nullopt);
+    .bind_opt_int(5, i.checks_base ? std::optional{i.base_version}
+                                   : std::nullopt);
   auto ok = held.step();
   held.reset();
   if (!ok)
@@ -1151,12 +1153,19 @@ bool sqlite_store::commit_invocation(const invocation_commit& i) {
 std::vector<run_record> sqlite_store::take_invocations(std::string_view type,
                                                        std::string_view key,
                                                        const fence& owner,
-                                                       const char* statuses) {
+                                                       bool all_pending) {
   std::vector<std::string> ids;
-  auto& sel = prepare(std::string{"SELECT id FROM runs WHERE object_type = ?1 "
-                                  "AND object_key = ?2 AND status IN "}
-                      + statuses + " ORDER BY rowid");
-  sel.bind(1, type).bind(2, key);
+  // ENQUEUED ones, and PENDING ones: all, or those stored under another
+  // epoch (handed to an actor that left meanwhile).
+  auto& sel = prepare("SELECT id FROM runs WHERE object_type = ?1 AND "
+                      "object_key = ?2 AND (status = 'ENQUEUED' OR (status = "
+                      "'PENDING' AND (?3 = 1 OR executor <> ?4 OR epoch <> "
+                      "?5))) ORDER BY rowid");
+  sel.bind(1, type)
+    .bind(2, key)
+    .bind(3, std::int64_t{all_pending ? 1 : 0})
+    .bind(4, owner.executor)
+    .bind(5, owner.epoch);
   while (sel.step())
     ids.push_back(sel.text(0));
   sel.reset();
@@ -1199,8 +1208,7 @@ sqlite_store::claim_object(std::string_view type, std::string_view key,
       return std::nullopt;
     claimed_object out;
     out.object = std::move(*object);
-    out.inbox = take_invocations(type, key, out.object.owner,
-                                 "('ENQUEUED', 'PENDING')");
+    out.inbox = take_invocations(type, key, out.object.owner, true);
     return out;
   });
 }
@@ -1212,7 +1220,7 @@ sqlite_store::take_inbox(std::string_view type, std::string_view key,
     auto object = get_object(type, key);
     if (!object || object->owner != owner)
       return std::nullopt;
-    return take_invocations(type, key, owner, "('ENQUEUED')");
+    return take_invocations(type, key, owner, false);
   });
 }
 
@@ -1248,7 +1256,8 @@ sqlite_store::claimable_objects(std::string_view executor,
                   "LEFT JOIN objects ON objects.type = r.object_type AND "
                   "objects.key = r.object_key WHERE r.object_type = ?1 AND "
                   "r.status IN ('ENQUEUED', 'PENDING') AND (objects.type IS "
-                  "NULL OR objects.executor = ?2 OR "}
+                  "NULL OR (objects.executor = ?2 AND (r.status = 'ENQUEUED' "
+                  "OR r.epoch <> objects.epoch)) OR "}
       + holder_gone + ") LIMIT ?3");
     for (auto& type : types) {
       sel.reset().bind(1, type).bind(2, executor).bind(3, limit);

@@ -130,12 +130,13 @@ private:
   bool complete_run(const completion_write& c);
   /// Ends invocation `i` if its key and run are still its owner's.
   bool commit_invocation(const invocation_commit& i);
-  /// Moves the key's invocations in `statuses` (an SQL list) under
-  /// `owner` as PENDING; returns them, oldest first.
+  /// Moves the key's ENQUEUED invocations and its PENDING ones (all, or
+  /// those under another owner) under `owner` as PENDING; returns them,
+  /// oldest first.
   std::vector<run_record> take_invocations(std::string_view type,
                                            std::string_view key,
                                            const fence& owner,
-                                           const char* statuses);
+                                           bool all_pending);
   run_record read_run_row(std::string_view id);
   bool mark_delivered(std::string_view run_id, std::int64_t at_ms);
   void mark_parent_delivered(std::string_view run_id, std::int64_t at_ms);
