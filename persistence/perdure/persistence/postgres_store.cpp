@@ -1594,30 +1594,37 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
   // An invocation's end: its key held by its owner (locked, so a claim
   // waits for this commit), its run completed under the same fence, and
   // the key's state set to the newest state among the invocations that
-  // completed (several of one key may share a batch, in order).
+  // completed. Several of one key in a batch (a pipeline) commit all or
+  // none: their runs are locked and counted first (a refused one, e.g.
+  // cancelled, must not let the next one commit a state built on it). A
+  // lone one needs no lock: refused, it writes no state.
   c.prepare(
     "commit_invocations",
     "WITH inv AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
     "$4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], "
     "$9::bigint[], $10::text[], $12::bigint[], $13::bool[]) WITH ORDINALITY "
     "AS i(type, key, run_id, executor, epoch, status, output, error, at, "
-    "state, base, checks, ord)), ready AS (SELECT i.type, i.key FROM inv i "
-    "JOIN " + s
+    "state, base, checks, ord)), multi AS (SELECT type, key, count(*) AS n "
+    "FROM inv GROUP BY type, key HAVING count(*) > 1), ready AS (SELECT "
+    "i.type, i.key FROM inv i JOIN " + s
       + "runs r ON r.id = i.run_id AND r.executor = i.executor AND r.epoch = "
-        "i.epoch AND (r.status = 'PENDING' OR r.status = i.status) FOR UPDATE "
-        "OF r), held AS (SELECT o.type, o.key FROM " + s
+        "i.epoch AND (r.status = 'PENDING' OR r.status = i.status) WHERE "
+        "(i.type, i.key) IN (SELECT type, key FROM multi) FOR UPDATE OF r), "
+        "held AS (SELECT o.type, o.key FROM " + s
       + "objects o WHERE (o.type, o.key, o.executor, o.epoch) IN (SELECT type, "
         "key, executor, epoch FROM inv) AND o.version = COALESCE((SELECT "
         "min(i.base) FROM inv i WHERE i.type = o.type AND i.key = o.key AND "
-        "i.checks), o.version) AND (SELECT count(*) FROM inv i WHERE i.type = "
-        "o.type AND i.key = o.key) = (SELECT count(*) FROM ready y WHERE "
-        "y.type = o.type AND y.key = o.key) AND "
+        "i.checks), o.version) AND COALESCE((SELECT m.n FROM multi m WHERE "
+        "m.type = o.type AND m.key = o.key), 0) = (SELECT count(*) FROM ready "
+        "y WHERE y.type = o.type AND y.key = o.key) AND "
       + holds_lease(s, "($4::text[])[1]", "$11")
       + " FOR UPDATE), done AS (UPDATE " + s
       + "runs r SET status = i.status, output = decode(i.output, 'hex'), error "
         "= i.error, updated_at = i.at FROM inv i WHERE r.id = i.run_id AND "
-        "(i.type, i.key) IN (SELECT type, key FROM held) RETURNING r.id, "
-        "r.parent_id, i.at), woken AS (UPDATE " + s
+        "r.executor = i.executor AND r.epoch = i.epoch AND (r.status = "
+        "'PENDING' OR r.status = i.status) AND (i.type, i.key) IN (SELECT "
+        "type, key FROM held) RETURNING r.id, r.parent_id, i.at), woken AS "
+        "(UPDATE " + s
       + "runs p SET wake_at = 0 FROM done d WHERE p.id = d.parent_id AND "
         "p.wake_at > d.at), stated AS (UPDATE " + s
       + "objects o SET state = decode(l.state, 'hex'), version = o.version + "
