@@ -270,7 +270,7 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     running_ = true;
   }
   recover();
-  objects->recover();
+  objects->recover(true);
   listener = persistence::listen_for_deliveries(
     opts, [this](const std::string& notice) { on_notice(notice); });
   housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},

@@ -125,6 +125,30 @@ TEST_F(object_crash_test, sigkilled_holders_apply_every_call_exactly_once) {
             "0");
 }
 
+TEST_F(object_crash_test, a_call_that_kills_its_process_every_time_ends) {
+  // Its handler SIGKILLs the process; each start claims it again (one more
+  // recovery) until it passes max_recovery_attempts (2 in the worker).
+  std::string last;
+  int starts = 0;
+  for (; starts < 6; ++starts) {
+    test::child_process w{{PERDURE_OBJECT_WORKER, db_.url, db_.schema,
+                           "holder", "0", "1", "1", "poison"}};
+    auto code = w.wait_exit(60s);
+    last = w.output();
+    if (code == 0)
+      break;
+  }
+  EXPECT_LE(starts, 4) << last;
+  EXPECT_NE(last.find("ENDED RETRIES_EXCEEDED"), std::string::npos) << last;
+  EXPECT_EQ(sql_->scalar("SELECT status FROM " + sql_->table("runs")
+                         + " WHERE object_key = 'acct-poison'"),
+            "RETRIES_EXCEEDED");
+  // It changed nothing.
+  EXPECT_EQ(sql_->scalar("SELECT COUNT(*) FROM " + sql_->table("objects")
+                         + " WHERE key = 'acct-poison' AND state IS NOT NULL"),
+            "0");
+}
+
 TEST_F(object_crash_test, two_processes_never_hold_one_key_at_once) {
   if (test::store_under_test() != "postgres")
     GTEST_SKIP() << "SQLite serves one runtime per file";

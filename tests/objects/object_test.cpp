@@ -580,4 +580,19 @@ TEST_F(object_test, a_call_cancelled_while_queued_never_runs) {
   EXPECT_EQ(rt->call<std::int64_t>("counter", "q", "add", std::int64_t{1}), 2);
 }
 
+TEST_F(object_test, a_restart_runs_the_calls_its_last_run_left_unended) {
+  std::string id;
+  {
+    auto rt = make();
+    rt->start();
+    id = rt->send<std::int64_t>("counter", "left", "slow_add", std::int64_t{7})
+           .id();
+    std::this_thread::sleep_for(100ms); // its step runs: stop() cuts it off
+  }
+  auto rt = make(); // same executor id; nobody calls the key again
+  rt->start();
+  EXPECT_EQ(rt->retrieve_workflow<std::int64_t>(id).get(20s), 7);
+  EXPECT_EQ(rt->object_state<counter>("counter", "left")->total, 7);
+}
+
 } // namespace

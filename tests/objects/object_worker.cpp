@@ -7,8 +7,14 @@
 // holder of one key at once is recorded in `overlaps`.
 //
 //   perdure-object-worker <url> <schema> <executor> <calls> <keys> <threads>
+//                         [poison]
+//
+// With "poison" it sends one call whose handler kills its process (SIGKILL)
+// and waits for its end: started again and again, the call must end
+// RETRIES_EXCEEDED (max_recovery_attempts 2) instead of killing forever.
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <iostream>
 #include <mutex>
@@ -58,7 +64,7 @@ void probe(const std::string& key) {
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
+  if (argc != 7 && argc != 8) {
     std::cerr << "usage: perdure-object-worker <url> <schema> <executor> "
                  "<calls> <keys> <threads>\n";
     return 2;
@@ -68,8 +74,10 @@ int main(int argc, char** argv) {
   int calls = std::stoi(argv[4]);
   int keys = std::stoi(argv[5]);
   int threads = std::stoi(argv[6]);
+  bool poison = argc == 8 && std::string{argv[7]} == "poison";
   auto cfg = db.runtime_config(executor);
   cfg.lease_timeout = 2s;
+  cfg.max_recovery_attempts = 2;
   runtime rt{cfg};
   rt.register_object<account>("account").handler(
     "deposit",
@@ -80,9 +88,27 @@ int main(int argc, char** argv) {
       });
       ctx.state().total += n;
       co_return ctx.state().total;
+    })
+    .handler("poison", [](object_context<account>& ctx) -> task<void> {
+      co_await ctx.step("die", [] {
+        std::raise(SIGKILL);
+        return 0;
+      });
+      ctx.state().total = -1;
     });
   rt.start();
   std::cout << "READY" << std::endl;
+  if (poison) {
+    auto h = rt.send<void>("account", "acct-poison", "poison",
+                           {.idempotency_key = "p"});
+    try {
+      h.get(60s);
+      std::cout << "ENDED SUCCESS" << std::endl;
+    } catch (const error& ex) {
+      std::cout << "ENDED " << to_string(h.status()) << std::endl;
+    }
+    return 0;
+  }
   std::mutex out;
   std::atomic<int> next{0};
   std::vector<std::thread> callers;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "perdure/detail/caf_messages.hpp"
+#include "perdure/detail/clock.hpp"
 #include "perdure/detail/execution.hpp"
 #include "perdure/detail/object_directory.hpp"
 #include "perdure/detail/object_entry.hpp"
@@ -127,6 +128,8 @@ struct object_host {
   void init(object_activation a);
   void on(object_message& m);
   void run_next();
+  /// Ends `run`, an invocation recovered too often, RETRIES_EXCEEDED.
+  void give_up(persistence::run_record run);
   /// Starts `run` as a new invocation.
   std::unique_ptr<invocation> start(persistence::run_record run);
   /// Returns whether no step body of an invocation here runs (those with
@@ -211,9 +214,37 @@ void object_host::init(object_activation a) {
   }
   for (auto& e : a.journals)
     journals[e.run_id].push_back(std::move(e));
-  for (auto& run : a.claimed.inbox)
-    queue.push_back(std::move(run));
+  for (auto& run : a.claimed.inbox) {
+    if (run.recovery_attempts > rt->cfg.max_recovery_attempts)
+      give_up(std::move(run));
+    else
+      queue.push_back(std::move(run));
+  }
   run_next();
+}
+
+void object_host::give_up(persistence::run_record run) {
+  // It took its process (or actor) down at every start: it ends, changing
+  // nothing, and the key goes on with the next one.
+  persistence::invocation_commit i;
+  i.object_type = type;
+  i.object_key = key;
+  i.completion.run_id = run.id;
+  i.completion.owner = owner;
+  i.completion.status = run_status::retries_exceeded;
+  i.completion.error = "recovered " + std::to_string(run.recovery_attempts)
+                       + " times, more than the limit of "
+                       + std::to_string(rt->cfg.max_recovery_attempts);
+  i.completion.at_ms = detail::now_ms();
+  run_outcome outcome{i.completion.status, std::nullopt, i.completion.error};
+  rt->log().error("perdure: call {} of {} '{}' {}", run.id, type, key,
+                  *i.completion.error);
+  rt->writer->submit(std::move(i), [rt = rt, id = run.id, outcome,
+                                    epoch = owner.epoch](
+                                     persistence::write_result r) {
+    if (r.ack == persistence::write_ack::committed)
+      rt->run_stopped(id, outcome, epoch);
+  });
 }
 
 void object_host::run_next() {

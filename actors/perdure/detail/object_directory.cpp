@@ -130,7 +130,7 @@ bool object_directory::activate(const std::string& type,
   return true;
 }
 
-void object_directory::recover() {
+void object_directory::recover(bool at_start) {
   if (rt_.object_types.empty())
     return;
   std::vector<std::string> types;
@@ -138,7 +138,7 @@ void object_directory::recover() {
     types.push_back(type);
   for (;;) {
     auto keys = rt_.stores->with([&](persistence::store& db) {
-      return db.claimable_objects(rt_.cfg.executor_id, types, 512);
+      return db.claimable_objects(rt_.cfg.executor_id, types, 512, at_start);
     });
     std::size_t claimed = 0;
     for (auto& [type, key] : keys) {

@@ -41,9 +41,10 @@ public:
   /// or, if `announce`, tells the process holding it.
   void reach(const std::string& type, const std::string& key, bool announce);
 
-  /// Claims the keys with unended invocations that nobody live holds (a
-  /// start, a takeover).
-  void recover();
+  /// Claims the keys with unended invocations that nobody live holds, and
+  /// this process's own with invocations unseen; `at_start`: all of its
+  /// own (nothing of them runs here yet).
+  void recover(bool at_start = false);
 
   /// The key's actor `actor` left; `revive`: claim the key again soon.
   void stopped(const std::string& type, const std::string& key,

@@ -44,10 +44,12 @@ public:
   /// Returns up to `limit` keys of the `types` with unended invocations
   /// that need `executor`: keys nobody live holds (see `claim_object`), and
   /// its own keys whose invocations wait unseen (ENQUEUED, or PENDING under
-  /// another epoch), as (type, key).
+  /// another epoch), or, `all_ours` (a start: nothing runs here yet), every
+  /// own key with unended invocations; as (type, key).
   virtual std::vector<std::pair<std::string, std::string>>
   claimable_objects(std::string_view executor,
-                    const std::vector<std::string>& types, std::int64_t limit)
+                    const std::vector<std::string>& types, std::int64_t limit,
+                    bool all_ours)
     = 0;
 
   /// Returns up to `limit` keys of `type` after `after`, in key order.

@@ -1557,11 +1557,15 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
               + holder_gone(s, "o") + ") AND " + holds_lease(s, "$3", "$5")
               + " RETURNING o.state, o.version, o.executor, o.epoch, "
                 "o.updated_at");
+  // One begun before (PENDING) counts a recovery: an invocation that takes
+  // its process down every time must end (see max_recovery_attempts).
   c.prepare("claim_inbox",
             "UPDATE " + s
               + "runs r SET executor = $3, epoch = $4, status = 'PENDING', "
-                "wake_at = NULL WHERE r.object_type = $1 AND r.object_key = $2 "
-                "AND r.status IN ('ENQUEUED', 'PENDING') RETURNING "
+                "wake_at = NULL, recovery_attempts = r.recovery_attempts + "
+                "CASE WHEN r.status = 'PENDING' THEN 1 ELSE 0 END WHERE "
+                "r.object_type = $1 AND r.object_key = $2 AND r.status IN "
+                "('ENQUEUED', 'PENDING') RETURNING "
               + cols);
   c.prepare("hold_object",
             "SELECT 1 FROM " + s
@@ -1586,8 +1590,8 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
                 "WHERE r.object_type = ANY($2::text[]) AND r.status IN "
                 "('ENQUEUED', 'PENDING') AND (o.type IS NULL OR "
               + holder_gone(s, "o")
-              + " OR (o.executor = $1 AND (r.status = 'ENQUEUED' OR r.epoch <> "
-                "o.epoch))) LIMIT $3");
+              + " OR (o.executor = $1 AND ($4 OR r.status = 'ENQUEUED' OR "
+                "r.epoch <> o.epoch))) LIMIT $3");
   c.prepare("list_object_keys", "SELECT key FROM " + s
                                   + "objects WHERE type = $1 AND key > $2 "
                                     "ORDER BY key LIMIT $3");
@@ -1720,7 +1724,7 @@ postgres_store::get_object(std::string_view type, std::string_view key) {
 std::vector<std::pair<std::string, std::string>>
 postgres_store::claimable_objects(std::string_view executor,
                                   const std::vector<std::string>& types,
-                                  std::int64_t limit) {
+                                  std::int64_t limit, bool all_ours) {
   detail::pg_array names;
   for (auto& t : types)
     names.add(t);
@@ -1729,7 +1733,7 @@ postgres_store::claimable_objects(std::string_view executor,
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& row : w.exec_prepared("claimable_objects",
                                            std::string{executor}, names.str(),
-                                           limit))
+                                           limit, all_ours))
       out.emplace_back(row[0].as<std::string>(), row[1].as<std::string>());
     return out;
   });

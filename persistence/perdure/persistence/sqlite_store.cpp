@@ -1171,11 +1171,15 @@ std::vector<run_record> sqlite_store::take_invocations(std::string_view type,
   sel.reset();
   std::vector<run_record> out;
   for (auto& id : ids) {
+    // A claim of one begun before (PENDING) counts a recovery.
     prepare("UPDATE runs SET executor = ?2, epoch = ?3, status = 'PENDING', "
-            "wake_at = NULL WHERE id = ?1")
+            "wake_at = NULL, recovery_attempts = recovery_attempts + CASE "
+            "WHEN ?4 = 1 AND status = 'PENDING' THEN 1 ELSE 0 END WHERE id = "
+            "?1")
       .bind(1, id)
       .bind(2, owner.executor)
       .bind(3, owner.epoch)
+      .bind(4, std::int64_t{all_pending ? 1 : 0})
       .run();
     auto run = read_run_row(id);
     run.object_type = type;
@@ -1248,7 +1252,7 @@ sqlite_store::get_object(std::string_view type, std::string_view key) {
 std::vector<std::pair<std::string, std::string>>
 sqlite_store::claimable_objects(std::string_view executor,
                                 const std::vector<std::string>& types,
-                                std::int64_t limit) {
+                                std::int64_t limit, bool all_ours) {
   return with_retry([&] {
     std::vector<std::pair<std::string, std::string>> out;
     auto& sel = prepare(
@@ -1256,11 +1260,12 @@ sqlite_store::claimable_objects(std::string_view executor,
                   "LEFT JOIN objects ON objects.type = r.object_type AND "
                   "objects.key = r.object_key WHERE r.object_type = ?1 AND "
                   "r.status IN ('ENQUEUED', 'PENDING') AND (objects.type IS "
-                  "NULL OR (objects.executor = ?2 AND (r.status = 'ENQUEUED' "
-                  "OR r.epoch <> objects.epoch)) OR "}
+                  "NULL OR (objects.executor = ?2 AND (?4 = 1 OR r.status = "
+                  "'ENQUEUED' OR r.epoch <> objects.epoch)) OR "}
       + holder_gone + ") LIMIT ?3");
     for (auto& type : types) {
-      sel.reset().bind(1, type).bind(2, executor).bind(3, limit);
+      sel.reset().bind(1, type).bind(2, executor).bind(3, limit).bind(
+        4, std::int64_t{all_ours ? 1 : 0});
       while (sel.step() && static_cast<std::int64_t>(out.size()) < limit)
         out.emplace_back(sel.text(0), sel.text(1));
     }

@@ -98,8 +98,8 @@ public:
                                           std::string_view key) override;
   std::vector<std::pair<std::string, std::string>>
   claimable_objects(std::string_view executor,
-                    const std::vector<std::string>& types,
-                    std::int64_t limit) override;
+                    const std::vector<std::string>& types, std::int64_t limit,
+                    bool all_ours) override;
   std::vector<std::string> list_object_keys(std::string_view type,
                                             std::string_view after,
                                             std::int64_t limit) override;
