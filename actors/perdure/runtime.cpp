@@ -269,10 +269,12 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     std::lock_guard guard{active_mtx_};
     running_ = true;
   }
-  recover();
-  objects->recover(true);
+  // Listening before any run looks at the store: a delivery committed
+  // after a run's look is then heard of.
   listener = persistence::listen_for_deliveries(
     opts, [this](const std::string& notice) { on_notice(notice); });
+  recover();
+  objects->recover(true);
   housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},
                                           [this] { housekeeping(); });
 }
@@ -281,8 +283,16 @@ void runtime_impl::on_notice(const std::string& notice) {
   std::lock_guard guard{active_mtx_};
   if (!running_)
     return; // stop() lets the executors go only after clearing running_
-  if (notice == "*") {
+  using persistence::delivery_listener;
+  if (notice == delivery_listener::sweep_notice) {
     control->post([this] { sweep(); });
+  } else if (notice == delivery_listener::missed_notices) {
+    // Runs in memory may have missed theirs too: each looks again; so do
+    // the keys held here (calls from other processes).
+    for (auto& [id, a] : active_)
+      signal_run(a.actor, a.exec, run_signal::wake, -1);
+    control->post([this] { sweep(); });
+    take_over_locked(std::nullopt);
   } else if (notice.size() > 2 && notice[0] == 'w') {
     auto id = notice.substr(2);
     auto i = active_.find(id);

@@ -22,6 +22,14 @@ class pg_listener final : public delivery_listener {
 public:
   pg_listener(store_options opts, callback on_notice)
     : opts_(std::move(opts)), on_notice_(std::move(on_notice)) {
+    // LISTEN before the constructor returns: a run that looks at the store
+    // after this hears of everything committed after its look.
+    try {
+      subscribe();
+    } catch (const std::exception& ex) {
+      spdlog::warn("perdure: delivery listener cannot connect yet ({})",
+                   ex.what());
+    }
     thread_ = std::thread{[this] { run(); }};
   }
 
@@ -44,28 +52,37 @@ private:
     const callback& f_;
   };
 
+  void subscribe() {
+    receiver_.reset();
+    conn_ = std::make_unique<pqxx::connection>(opts_.url);
+    receiver_ = std::make_unique<receiver>(
+      *conn_, detail::delivery_channel(opts_.schema), on_notice_);
+    conn_->get_notifs(); // LISTEN is in effect from here on
+  }
+
   void run() {
     using namespace std::chrono_literals;
     while (!stopping_) {
       try {
-        pqxx::connection conn{opts_.url};
-        receiver r{conn, detail::delivery_channel(opts_.schema), on_notice_};
-        conn.get_notifs(); // LISTEN is in effect from here on
-        on_notice_("*");   // anything sent before now: look at the store
+        if (!receiver_)
+          subscribe();
+        on_notice_(std::string{missed_notices}); // sent before LISTEN
         // Polling as the fallback: look anyway every `sweep_every`, however
         // many other notices arrive meanwhile (a notice is lost if its
         // sender crashed between commit and NOTIFY; a busy channel must not
         // postpone the look for ever).
         auto last_sweep = std::chrono::steady_clock::now();
         while (!stopping_) {
-          conn.await_notification(0, 200'000);
+          conn_->await_notification(0, 200'000);
           auto now = std::chrono::steady_clock::now();
           if (now - last_sweep >= sweep_every) {
             last_sweep = now;
-            on_notice_("*");
+            on_notice_(std::string{sweep_notice});
           }
         }
       } catch (const std::exception& ex) {
+        receiver_.reset();
+        conn_.reset();
         if (stopping_)
           return;
         spdlog::warn("perdure: delivery listener lost its connection ({}); "
@@ -75,10 +92,13 @@ private:
           std::this_thread::sleep_for(50ms);
       }
     }
+    receiver_.reset();
   }
 
   store_options opts_;
   callback on_notice_;
+  std::unique_ptr<pqxx::connection> conn_;
+  std::unique_ptr<receiver> receiver_; // before conn_ goes
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
@@ -93,6 +113,14 @@ public:
 
   sqlite_listener(store_options opts, callback on_notice)
     : opts_(std::move(opts)), on_notice_(std::move(on_notice)) {
+    // Where the notices stand now, before the constructor returns: none
+    // written after this is skipped.
+    try {
+      open();
+    } catch (const std::exception& ex) {
+      spdlog::warn("perdure: could not read notices yet ({})", ex.what());
+      db_.reset();
+    }
     thread_ = std::thread{[this] { run(); }};
   }
 
@@ -102,41 +130,46 @@ public:
   }
 
 private:
+  void open() {
+    db_ = open_store(opts_);
+    last_ = static_cast<sqlite_store&>(*db_).notices_after(-1).front().first;
+  }
+
   void run() {
     using namespace std::chrono_literals;
-    std::unique_ptr<store> db;
-    std::int64_t last = -1;
     auto last_sweep = std::chrono::steady_clock::now();
     while (!stopping_) {
       try {
-        if (!db) {
-          db = open_store(opts_);
-          last = -1;
+        if (!db_)
+          open();
+        auto& lite = static_cast<sqlite_store&>(*db_);
+        if (!announced_) {
+          announced_ = true;
+          on_notice_(std::string{missed_notices}); // before we looked
         }
-        auto& lite = static_cast<sqlite_store&>(*db);
-        if (last < 0) {
-          last = lite.notices_after(-1).front().first;
-          on_notice_("*"); // anything sent before now: look at the store
-        }
-        for (auto& [id, payload] : lite.notices_after(last)) {
-          last = id;
+        for (auto& [id, payload] : lite.notices_after(last_)) {
+          last_ = id;
           on_notice_(payload);
         }
         auto now = std::chrono::steady_clock::now();
         if (now - last_sweep >= sweep_every) {
           last_sweep = now;
-          on_notice_("*");
+          on_notice_(std::string{sweep_notice});
         }
       } catch (const std::exception& ex) {
         spdlog::warn("perdure: could not read notices ({}); trying again",
                      ex.what());
-        db.reset();
+        db_.reset();
+        announced_ = false;
       }
       for (int i = 0; i < 4 && !stopping_; ++i)
         std::this_thread::sleep_for(poll_every / 4);
     }
   }
 
+  std::unique_ptr<store> db_;
+  std::int64_t last_ = -1;
+  bool announced_ = false;
   store_options opts_;
   callback on_notice_;
   std::atomic<bool> stopping_{false};

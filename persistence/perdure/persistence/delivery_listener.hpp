@@ -3,6 +3,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "perdure/persistence/store.hpp"
 
@@ -12,12 +13,18 @@ namespace perdure::persistence {
 /// messages sent, cancellations) on a thread of its own: PostgreSQL LISTEN
 /// on a connection of its own; on SQLite, which has no NOTIFY, a poll of
 /// the notices table every 100 ms. Each `store::notify` payload arrives as one
-/// call; `"*"` means "notices may have been missed" (after connecting or
-/// reconnecting, and every few seconds in any case: a sender may crash
-/// between its commit and its NOTIFY), so the receiver should look at the
-/// store itself.
+/// call. The listener subscribes before its constructor returns (when the
+/// database is there), so nothing committed after that is missed unless its
+/// sender crashed between commit and notice. Two payloads are its own:
+/// `missed_notices` after connecting or reconnecting (anything sent before
+/// may have been missed: look at everything waiting, in memory too) and
+/// `sweep_notice` every few seconds (a sender may have crashed before its
+/// notice: look at the store for what is passivated).
 class delivery_listener {
 public:
+  static constexpr std::string_view missed_notices = "!";
+  static constexpr std::string_view sweep_notice = "*";
+
   using callback = std::function<void(const std::string& payload)>;
 
   virtual ~delivery_listener() = default;
