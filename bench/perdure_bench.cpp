@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "perdure/perdure.hpp"
+#include "perdure/sagas/saga.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -883,6 +884,88 @@ void object_throughput(const options& o) {
   j.print();
 }
 
+// -- saga_compensation -------------------------------------------------------------
+
+/// `o.workflows` sagas of four steps, the last failing for good, all
+/// started at once: sagas per second to COMPENSATED, and the time from each
+/// failure (the failing step's body) to the saga fully compensated.
+void saga_compensation(const options& o) {
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  std::mutex mtx;
+  std::map<std::string, bench_clock::time_point> failed_at;
+  std::vector<double> latencies;
+  std::atomic<int> compensated{0};
+  rt.register_workflow("saga4", [&](workflow_context& ctx) -> task<int> {
+    auto id = ctx.workflow_id();
+    co_return co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
+      for (int k = 1; k <= 4; ++k)
+        co_await s.step(
+          "s" + std::to_string(k),
+          [&, k] {
+            if (k == 4) {
+              std::lock_guard guard{mtx};
+              failed_at.emplace(id, bench_clock::now());
+              throw terminal_error("the last step fails");
+            }
+            return k;
+          },
+          [](const int&) {});
+      co_return 0;
+    });
+  });
+  rt.start();
+  std::vector<workflow_handle<int>> started;
+  started.reserve(static_cast<size_t>(o.workflows));
+  auto t0 = bench_clock::now();
+  for (int n = 0; n < o.workflows; ++n) {
+    started.push_back(rt.start_workflow<int>("saga4"));
+    started.back().when_done([&](const workflow_handle<int>& h) {
+      auto now = bench_clock::now();
+      if (h.status() == run_status::compensated)
+        ++compensated;
+      std::lock_guard guard{mtx};
+      if (auto i = failed_at.find(h.id()); i != failed_at.end())
+        latencies.push_back(
+          std::chrono::duration<double, std::micro>(now - i->second).count());
+    });
+  }
+  for (auto& h : started) {
+    try {
+      h.get(std::chrono::minutes{5});
+    } catch (const perdure::error&) {
+    }
+  }
+  auto secs = seconds_since(t0);
+  // The callbacks run on their own thread: wait for the last ones.
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard guard{mtx};
+      if (latencies.size() >= started.size())
+        break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  std::lock_guard guard{mtx};
+  std::sort(latencies.begin(), latencies.end());
+  auto pct = [&](double p) {
+    return latencies.empty()
+             ? 0.0
+             : latencies[std::min(latencies.size() - 1,
+                                  static_cast<size_t>(
+                                    p * static_cast<double>(latencies.size())))];
+  };
+  auto j = header(o);
+  j.add("sagas", o.workflows)
+    .add("steps", 4)
+    .add("seconds", secs)
+    .add("sagas_per_s", o.workflows / secs)
+    .add("compensated", compensated.load())
+    .add("p50_us", pct(0.50))
+    .add("p99_us", pct(0.99));
+  j.print();
+}
+
 // -- object_memory -----------------------------------------------------------------
 
 /// Heap bytes per idle object after one call each to `o.workflows` keys
@@ -947,6 +1030,8 @@ int main(int argc, char** argv) {
       return recovery_child(o);
     } else if (o.scenario == "step_throughput_sustained") {
       step_throughput_sustained(o);
+    } else if (o.scenario == "saga_compensation") {
+      saga_compensation(o);
     } else if (o.scenario == "object_memory") {
       object_memory(o);
     } else if (o.scenario == "object_throughput") {

@@ -3,11 +3,13 @@
 // The one header users include.
 
 #include "perdure/awakeable.hpp"
+#include "perdure/cancelled_error.hpp"
 #include "perdure/child_handle.hpp"
 #include "perdure/client.hpp"
 #include "perdure/clock.hpp"
 #include "perdure/config.hpp"
 #include "perdure/error.hpp"
+#include "perdure/final_status_error.hpp"
 #include "perdure/object_context.hpp"
 #include "perdure/retry_policy.hpp"
 #include "perdure/run_status.hpp"

@@ -304,6 +304,9 @@ void runtime_impl::on_notice(const std::string& notice) {
     }
   } else if (notice.size() > 2 && notice[0] == 'c') {
     control->post([this, id = notice.substr(2)] { cancelled(id); });
+  } else if (notice.size() > 2 && notice[0] == 'k') {
+    // k:<id>: saga <id> was asked to cancel.
+    control->post([this, id = notice.substr(2)] { cancel_signalled(id); });
   } else if (notice.size() > 2 && notice[0] == 'x') {
     // x:<executor>: it lapsed or stopped; its runs are up for takeover.
     take_over_locked(std::nullopt);
@@ -613,13 +616,12 @@ void runtime_impl::sweep() {
 
 void runtime_impl::deadline_passed(const std::string& id) {
   try {
-    auto ids = stores->with(
+    auto runs = stores->with(
       [&](persistence::store& db) { return db.cancel_run(id, clock->now_ms()); });
-    if (!ids.empty())
+    if (!runs.empty())
       log().info("perdure: run {} passed its deadline: cancelled", id);
-    for (auto& c : ids)
-      cancelled(c);
-    if (!ids.empty())
+    apply_cancel(runs);
+    if (!runs.empty())
       tell_parent(id);
   } catch (const std::exception& ex) {
     log().warn("perdure: could not cancel run {} at its deadline ({}); "
@@ -658,6 +660,30 @@ void runtime_impl::cancelled(const std::string& id) {
   // Passivated (or owned elsewhere): nothing to stop; tell the waiters.
   run_stopped(id, run_outcome{run_status::cancelled, std::nullopt,
                               std::string{"cancelled"}});
+}
+
+void runtime_impl::cancel_signalled(const std::string& id) {
+  {
+    std::lock_guard guard{active_mtx_};
+    auto i = active_.find(id);
+    if (i != active_.end()) {
+      ++i->second.wakes; // a passivation under way stays for it
+      signal_run(i->second.actor, i->second.exec, run_signal::cancel, 1);
+      return;
+    }
+  }
+  revive(id);
+}
+
+void runtime_impl::apply_cancel(
+  const std::vector<persistence::cancelled_run>& runs) {
+  for (auto& c : runs) {
+    announce(c.signalled ? 'k' : 'c', c.id);
+    if (c.signalled)
+      cancel_signalled(c.id);
+    else
+      cancelled(c.id);
+  }
 }
 
 std::optional<caf::actor> runtime_impl::spawn_object(object_activation a) {
@@ -1057,6 +1083,9 @@ run_status status_of(runtime_impl& rt, const std::string& id) {
     [&](persistence::store& db) { return db.get_run(id); });
   if (!run)
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  if (run->status == run_status::pending
+      && run->saga_phase == persistence::saga_phase::compensating)
+    return run_status::compensating;
   return run->status;
 }
 
@@ -1072,10 +1101,7 @@ void cancel_run(runtime_impl& rt, const std::string& id) {
       throw error(errc::not_found, "no workflow run with id '" + id + "'");
     return; // it had ended already
   }
-  for (auto& c : cancelled) {
-    rt.announce('c', c);
-    rt.cancelled(c);
-  }
+  rt.apply_cancel(cancelled);
   rt.tell_parent(id);
 }
 
@@ -1089,6 +1115,12 @@ void throw_run_failure(const std::string& id, const run_outcome& outcome) {
       throw error(errc::retries_exceeded,
                   "workflow '" + id + "' exceeded its recovery attempts: "
                     + reason);
+    case run_status::compensated:
+      throw error(errc::compensated,
+                  "saga '" + id + "' was compensated: " + reason);
+    case run_status::compensation_failed:
+      throw error(errc::compensation_failed,
+                  "saga '" + id + "' could not undo everything: " + reason);
     default:
       throw error(errc::workflow_failed,
                   "workflow '" + id + "' failed: " + reason);

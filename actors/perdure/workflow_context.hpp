@@ -340,6 +340,15 @@ public:
     co_return co_await reply;
   }
 
+  /// Records that this run, a saga, enters `phase` (one of
+  /// `persistence::saga_phase`), together with the run's phase in the store.
+  /// For `sagas::saga`; workflow code has no use for it.
+  detail::phase_awaiter enter_saga_phase(const char* phase) {
+    auto op = next_operation(persistence::entry_kind::phase, "saga", {});
+    op.payload = phase;
+    return {*core_, std::move(op)};
+  }
+
 private:
   /// Throws `terminal_error` ("no <what>") unless `id` can name a run.
   static void check_target(const std::string& id, const std::string& what) {

@@ -23,6 +23,8 @@ const char* to_string(errc code) noexcept {
     case errc::already_resolved: return "already_resolved";
     case errc::store_full: return "store_full";
     case errc::executor_in_use: return "executor_in_use";
+    case errc::compensated: return "compensated";
+    case errc::compensation_failed: return "compensation_failed";
   }
   return "unknown";
 }

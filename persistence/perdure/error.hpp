@@ -50,6 +50,12 @@ enum class errc : std::uint8_t {
   /// Another live process holds this executor id (or, on SQLite, another
   /// runtime uses the file). Nothing was changed.
   executor_in_use,
+  /// The run, a saga, ended COMPENSATED: it failed (or was cancelled) and
+  /// undid every completed step. The message names the cause.
+  compensated,
+  /// The run, a saga, ended COMPENSATION_FAILED: the message reports what
+  /// could not be undone.
+  compensation_failed,
 };
 
 /// Returns the stable name of `code`, e.g. `"conflicting_id"`.

@@ -7,13 +7,16 @@ namespace perdure {
 
 namespace {
 
-constexpr std::array<std::pair<run_status, std::string_view>, 6> names{{
+constexpr std::array<std::pair<run_status, std::string_view>, 9> names{{
   {run_status::enqueued, "ENQUEUED"},
   {run_status::pending, "PENDING"},
   {run_status::success, "SUCCESS"},
   {run_status::error, "ERROR"},
   {run_status::cancelled, "CANCELLED"},
   {run_status::retries_exceeded, "RETRIES_EXCEEDED"},
+  {run_status::compensating, "COMPENSATING"},
+  {run_status::compensated, "COMPENSATED"},
+  {run_status::compensation_failed, "COMPENSATION_FAILED"},
 }};
 
 } // namespace

@@ -14,6 +14,15 @@ enum class run_status : std::uint8_t {
   error,
   cancelled,
   retries_exceeded,
+  /// A saga undoing its completed steps (still running: stored as PENDING,
+  /// reported so while its compensations run).
+  compensating,
+  /// A saga that failed, was cancelled or passed its deadline, and undid
+  /// every completed step; the error is the original one.
+  compensated,
+  /// A saga some of whose compensations failed past their limit; the error
+  /// is the report of what could not be undone.
+  compensation_failed,
 };
 
 /// Returns the stored spelling, e.g. `"PENDING"`.
@@ -24,7 +33,8 @@ std::optional<run_status> parse_run_status(std::string_view str) noexcept;
 
 /// Returns whether a run in status `x` has ended for good.
 constexpr bool is_terminal(run_status x) noexcept {
-  return x != run_status::enqueued && x != run_status::pending;
+  return x != run_status::enqueued && x != run_status::pending
+         && x != run_status::compensating;
 }
 
 } // namespace perdure

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "perdure/detail/run_core.hpp"
+#include "perdure/cancelled_error.hpp"
 #include "perdure/error.hpp"
 #include "perdure/persistence/codec.hpp"
 #include "perdure/persistence/text.hpp"
@@ -32,6 +33,8 @@ T unpack(const persistence::journal_entry& e) {
       throw terminal_error(e.error);
     case persistence::outcome::unreadable:
       throw perdure::error(errc::store_error, e.error);
+    case persistence::outcome::cancelled:
+      throw cancelled_error(e.error);
     case persistence::outcome::value:
       break;
   }
@@ -251,6 +254,34 @@ public:
 
 private:
   wait_awaiter inner_;
+};
+
+/// `co_await`ing a saga's phase entry: tells the run the phase it is in, live
+/// and on replay alike (how a cancellation is taken depends on it).
+class [[nodiscard]] phase_awaiter {
+public:
+  phase_awaiter(run_core& core, operation op)
+    : core_(&core), op_(std::move(op)), seq_(op_.seq) {
+  }
+
+  bool await_ready() {
+    return core_->replaying(op_.seq, op_.kind, op_.name);
+  }
+
+  void await_suspend(std::coroutine_handle<> h) {
+    core_->perform(std::move(op_), h);
+  }
+
+  void await_resume() {
+    auto e = core_->take(seq_);
+    unpack<void>(e);
+    core_->phase_entered(e.payload);
+  }
+
+private:
+  run_core* core_;
+  operation op_;
+  std::int32_t seq_;
 };
 
 /// `co_await`ing an operation that only records something known now (an

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "perdure/cancelled_error.hpp"
 #include "perdure/detail/clock.hpp"
+#include "perdure/final_status_error.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 #include "perdure/persistence/text.hpp"
 
@@ -187,6 +189,7 @@ void execution::init(execution_host& host, mailbox box, runtime_impl& r,
     parent_id = std::make_unique<std::string>(std::move(*run.parent_id));
   if (!run.call_chain.empty())
     call_chain = std::make_unique<std::string>(std::move(run.call_chain));
+  cancel_requested_ = run.cancel_requested;
   pending_start = std::make_unique<start_info>(
     start_info{std::move(run.name), std::move(run.inputs)});
   encoding_ = rt->cfg.payload_encoding;
@@ -211,6 +214,16 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
   attempt = 0;
   recording = false;
   check_again = false;
+  // A saga asked to cancel observes it here, at its next operation (its
+  // end included), but not at the start of its compensations.
+  if (cancel_observable() && !find_recorded(op->seq)
+      && !(op->kind == persistence::entry_kind::phase
+           && op->payload == persistence::saga_phase::compensating)) {
+    if (op->kind == persistence::entry_kind::sleep)
+      op->due_ms = now_ms(); // recorded, due now: the next one observes
+    else
+      return cancel_operation();
+  }
   switch (op->kind) {
     case persistence::entry_kind::step:
     case persistence::entry_kind::transaction:
@@ -230,6 +243,7 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
       start_child();
       return;
     case persistence::entry_kind::event:
+    case persistence::entry_kind::phase:
     case persistence::entry_kind::send:
     case persistence::entry_kind::resolve:
       dispatch();
@@ -271,10 +285,54 @@ void execution::resume_recorded() {
   after_resume();
 }
 
-void execution::on_cancel() {
-  rt->log().info("perdure: run {} cancelled", run_id_);
-  stop(run_outcome{run_status::cancelled, std::nullopt,
-                   std::string{"cancelled"}});
+void execution::on_cancel(bool ended) {
+  if (ended) {
+    rt->log().info("perdure: run {} cancelled", run_id_);
+    stop(run_outcome{run_status::cancelled, std::nullopt,
+                     std::string{"cancelled"}});
+    return;
+  }
+  if (saga_phase_ == persistence::saga_phase::compensating
+      || saga_phase_ == persistence::saga_phase::done) {
+    rt->log().info("perdure: saga {} is {}: the cancellation changes nothing",
+                   run_id_, saga_phase_);
+    return;
+  }
+  rt->log().info("perdure: saga {} asked to cancel", run_id_);
+  cancel_requested_ = true;
+  interrupt();
+}
+
+bool execution::cancel_observable() const {
+  return cancel_requested_ && saga_phase_ == persistence::saga_phase::forward;
+}
+
+void execution::interrupt() {
+  if (!cancel_observable())
+    return;
+  if (sleeping_seq >= 0) { // cut short; the next operation observes it
+    sleeping_seq = -1;
+    resume_recorded();
+    return;
+  }
+  // A wait with a check, a record or a passivation in flight: their
+  // answer observes it (see on_found).
+  if (op && op->kind == persistence::entry_kind::await && !recording
+      && checking_seq != op->seq && !passivating && !confirming)
+    cancel_operation();
+}
+
+void execution::cancel_operation() {
+  tell(mailbox_, checkpoint_committed{op->seq, persistence::outcome::cancelled,
+                                      persistence::write_ack::committed, {},
+                                      "cancelled"});
+}
+
+void execution::phase_entered(const std::string& phase) {
+  saga_phase_ = phase;
+  // Maybe on a step thread (see drive): the host changes on its own turn.
+  if (phase == persistence::saga_phase::compensating)
+    send_signal(mailbox_, run_signal::compensating, 0);
 }
 
 void execution::on_outcome(std::int32_t seq, persistence::outcome kind,
@@ -313,6 +371,9 @@ void execution::on_durable(std::int32_t seq, std::int32_t ack, std::int32_t resu
                 std::string payload, std::string error) {
   if (!op || op->seq != seq || !write_committed(ack, "its checkpoint"))
     return;
+  if (static_cast<persistence::outcome>(result) == persistence::outcome::cancelled
+      && recording)
+    return; // a wait's outcome is being recorded: it wins, live as on replay
   auto e = entry_for(seq);
   e.outcome = static_cast<persistence::outcome>(result);
   e.payload = std::move(payload);
@@ -328,6 +389,10 @@ void execution::on_durable(std::int32_t seq, std::int32_t ack, std::int32_t resu
 }
 
 void execution::on_retry(std::int32_t seq) {
+  if (op && op->seq == seq && cancel_observable()) {
+    cancel_operation(); // no attempt after a cancellation
+    return;
+  }
   if (op && op->seq == seq) {
     if (op->kind == persistence::entry_kind::child)
       start_child();
@@ -395,6 +460,12 @@ void execution::finish() {
         c.status = run_status::success;
         c.output = std::move(out);
       }
+    } catch (const final_status_error& ex) {
+      c.status = is_terminal(ex.status()) ? ex.status() : run_status::error;
+      c.error = persistence::valid_text(ex.what());
+    } catch (const cancelled_error& ex) {
+      c.status = run_status::cancelled;
+      c.error = persistence::valid_text(ex.what());
     } catch (const std::exception& ex) {
       c.status = run_status::error;
       c.error = persistence::valid_text(ex.what());
@@ -518,7 +589,8 @@ void execution::handle(run_message& message) {
         case run_signal::retry: st.on_retry(m.seq); break;
         case run_signal::fenced: st.lost_ownership(); break;
         case run_signal::wake: st.on_wake(m.seq); break;
-        case run_signal::cancel: st.on_cancel(); break;
+        case run_signal::cancel: st.on_cancel(m.seq == 0); break;
+        case run_signal::compensating: st.host_->compensating(); break;
         case run_signal::ended: st.on_ended(m.seq); break;
         case run_signal::restart: st.restart(); break;
         case run_signal::drop: st.stop(std::nullopt); break;

@@ -85,6 +85,11 @@ public:
   virtual std::string held_key() const {
     return {};
   }
+
+  /// The run is a saga that now compensates: from here on a cancellation
+  /// changes nothing (the run actor switches behaviour).
+  virtual void compensating() {
+  }
 };
 
 class execution;
@@ -141,6 +146,8 @@ public:
   void perform(operation next, std::coroutine_handle<> h) override;
 
   std::int64_t now_ms() const override;
+
+  void phase_entered(const std::string& phase) override;
 
 private:
   /// Takes the turn on a step thread and handles `m`, the committed
@@ -218,6 +225,10 @@ private:
   /// order, leaving a run out of memory with no wake-up time).
   bool waking = false;
   std::optional<std::int64_t> deferred_passivation;
+  /// A saga's phase as far as its code has got (`persistence::saga_phase`;
+  /// empty: not a saga, or not yet), and whether it was asked to cancel.
+  std::string saga_phase_;
+  bool cancel_requested_ = false;
   /// Declared last: the frame goes before everything it refers to.
   std::unique_ptr<run_driver> driver;
 
@@ -313,7 +324,24 @@ private:
   /// The wake-up time is cleared; a passivation that waited for it goes on.
   void on_awake();
 
-  void on_cancel();
+  /// A cancellation: `ended` (the store ended the run CANCELLED) stops
+  /// it; otherwise it is a saga's signal, observed at once if it waits, or
+  /// at its next durable operation.
+  void on_cancel(bool ended);
+
+  /// Whether the code must see a cancellation now (a saga going forward
+  /// that was asked to cancel).
+  bool cancel_observable() const;
+
+  /// A saga asked to cancel: cuts a sleep short or ends a wait with the
+  /// cancellation, when nothing about it is in flight (else the answer in
+  /// flight observes it).
+  void interrupt();
+
+  /// Ends the operation in flight with the cancellation (not recorded: on
+  /// replay the same operation observes it again, the request being
+  /// durable).
+  void cancel_operation();
 
   /// Runs one attempt of the operation in flight on the step executor.
   void dispatch();

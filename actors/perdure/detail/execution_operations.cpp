@@ -41,14 +41,16 @@ void execution::dispatch() {
   }
   auto checkpoint = entry_for(seq);
   checkpoint.created_at_ms = now_ms();
-  auto is_event = op->kind == persistence::entry_kind::event;
+  auto kind = op->kind;
+  auto is_event = kind == persistence::entry_kind::event
+                  || kind == persistence::entry_kind::phase;
   if (is_event)
     checkpoint.payload = op->payload;
-  // A transaction runs user SQL (step executor); an event is the
-  // runtime's own row (control executor).
+  // A transaction runs user SQL (step executor); an event or a saga's
+  // phase is the runtime's own row (control executor).
   auto& executor = is_event ? *rt->control : *rt->steps;
   executor.post([me, seq, checkpoint, fence = owner(), body = op->tx_body,
-                 is_event, rt = rt] {
+                 is_event, kind, rt = rt] {
     auto send_failure = [&](persistence::outcome o, const char* what) {
       send_outcome(me, seq, o, {}, what, false);
     };
@@ -60,6 +62,8 @@ void execution::dispatch() {
     try {
       auto& pool = is_event ? *rt->stores : *rt->tx_stores;
       auto recorded = pool.with([&](persistence::store& db) {
+        if (kind == persistence::entry_kind::phase)
+          return db.record_phase(fence, checkpoint, checkpoint.payload);
         if (is_event) // Perdure's own row, with its checkpoint
           return db.record_event(fence, checkpoint, checkpoint.name,
                                  checkpoint.payload);
@@ -74,7 +78,8 @@ void execution::dispatch() {
       }
       // As recorded: an outcome an earlier attempt committed stands.
       auto& e = *recorded;
-      if (is_event && e.outcome == persistence::outcome::value)
+      if (kind == persistence::entry_kind::event
+          && e.outcome == persistence::outcome::value)
         e.payload.clear(); // the event's value is no result
       send_outcome(me, seq, e.outcome, std::move(e.payload),
                    std::move(e.error), true);

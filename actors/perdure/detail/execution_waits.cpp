@@ -10,7 +10,7 @@ namespace perdure::detail {
 
 void execution::arm(std::int64_t due) {
   auto now = now_ms();
-  if (due <= now) {
+  if (due <= now || cancel_observable()) { // a cancelled saga sleeps no more
     resume_recorded();
     return;
   }
@@ -137,6 +137,10 @@ void execution::on_found(std::int32_t seq, bool found, std::int32_t index,
     e.error = std::move(error);
     recording = true; // one record per index, whatever wakes come now
     record(std::move(e));
+    return;
+  }
+  if (cancel_observable()) {
+    cancel_operation();
     return;
   }
   // Not yet: a delivery wakes us, or the deadline. Past the threshold,

@@ -46,6 +46,18 @@ struct run_host : execution_host {
   void quit() override {
     self->quit();
   }
+
+  /// A compensating saga: forward operations are over (its code runs only
+  /// compensations now, see sagas/), and a second cancellation is dropped
+  /// here, before it reaches the execution.
+  void compensating() override {
+    self->become([s = self](run_message& m) {
+      if (auto* sig = std::get_if<signalled>(&m);
+          sig && sig->kind == run_signal::cancel && sig->seq != 0)
+        return;
+      s->state.exec.receive(m);
+    });
+  }
 };
 
 caf::behavior run_behavior(run_actor* self, runtime_impl* rt,

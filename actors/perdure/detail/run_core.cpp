@@ -1,5 +1,6 @@
 #include "perdure/detail/run_core.hpp"
 
+#include "perdure/cancelled_error.hpp"
 #include "perdure/error.hpp"
 
 namespace perdure::detail {
@@ -47,6 +48,8 @@ persistence::journal_entry run_core::take(std::int32_t seq) {
   recorded_->erase(seq);
   if (recorded_->empty())
     recorded_.reset();
+  if (e.outcome == persistence::outcome::cancelled)
+    throw cancelled_error(e.error.empty() ? "cancelled" : e.error);
   return e;
 }
 

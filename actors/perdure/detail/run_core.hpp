@@ -119,6 +119,12 @@ public:
   /// Returns the runtime clock's time, in ms since the epoch.
   virtual std::int64_t now_ms() const = 0;
 
+  /// The code passed a saga phase entry (live or on replay): the phase
+  /// decides how a cancellation is taken from here on.
+  virtual void phase_entered(const std::string& phase) {
+    (void)phase;
+  }
+
   /// Returns the recorded entry of `seq` (which `replaying` found).
   const persistence::journal_entry& recorded(std::int32_t seq) const {
     return recorded_->at(seq);

@@ -25,8 +25,11 @@ enum class run_signal : std::int32_t {
   /// The timer of operation `seq` is due, or (`seq` -1) something was
   /// delivered to the run.
   wake,
-  /// The run was cancelled in the store.
+  /// The run was cancelled in the store (`seq` 0: ended CANCELLED; 1: a
+  /// saga asked to cancel, which it observes).
   cancel,
+  /// The saga now compensates: its host changes behaviour.
+  compensating,
   /// The final status was written (`seq`: the `write_ack`).
   ended,
   /// The store could not record what the run's memory assumes (e.g. that

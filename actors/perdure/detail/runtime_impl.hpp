@@ -161,6 +161,15 @@ public:
   /// Run `id` was cancelled in the store: stops its actor, if any.
   void cancelled(const std::string& id);
 
+  /// Saga `id` was asked to cancel in the store: signals its actor, or
+  /// brings it back if it is ours and passivated (it observes the request
+  /// when it replays).
+  void cancel_signalled(const std::string& id);
+
+  /// Acts on what `store::cancel_run` did to the runs of a tree, here and
+  /// (announced) in other processes.
+  void apply_cancel(const std::vector<persistence::cancelled_run>& runs);
+
   /// Run `id` (the root of a cancelled tree) ended: that is a delivery to
   /// its parent, which the store marked if passivated; wakes it here or,
   /// announced, in its own process.

@@ -70,6 +70,15 @@ public:
                                                     const std::string& value)
     = 0;
 
+  /// Records that saga run `checkpoint.run_id` entered phase `phase`
+  /// (`saga_phase`) together with `checkpoint` (kind `phase`, payload
+  /// `phase`), in one transaction, fenced: a cancellation either sees the
+  /// phase or ends the run before it. Returns as `record_event` does.
+  virtual std::optional<journal_entry> record_phase(const fence& owner,
+                                                    journal_entry checkpoint,
+                                                    const std::string& phase)
+    = 0;
+
   /// Returns the value of event `key` of run `run_id`, if published.
   virtual std::optional<std::string> get_event(std::string_view run_id,
                                                std::string_view key)

@@ -9,6 +9,7 @@
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/detail/pg_array.hpp"
+#include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/retry.hpp"
 
 namespace perdure::persistence {
@@ -108,7 +109,10 @@ std::optional<std::string> opt_text(const pqxx::field& f) {
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id, deadline, call_chain";
+    "parent_id, deadline, call_chain, saga_phase, cancel_requested_at";
+
+/// How many columns `run_columns` names.
+constexpr int run_column_count = 18;
 
 /// Reads the run columns starting at column `first`.
 run_record read_run(const pqxx::row& all, int first = 0) {
@@ -136,6 +140,8 @@ run_record read_run(const pqxx::row& all, int first = 0) {
   if (!row(14).is_null())
     r.deadline_ms = row(14).as<std::int64_t>();
   r.call_chain = opt_text(row(15)).value_or(std::string{});
+  r.saga_phase = opt_text(row(16)).value_or(std::string{});
+  r.cancel_requested = !row(17).is_null();
   return r;
 }
 
@@ -371,8 +377,10 @@ void postgres_store::connect() {
              "UPDATE " + s
                + "runs SET wake_at = $4 WHERE id = $1 AND executor = $2 AND "
                  "epoch = $3 AND status = 'PENDING'");
-  // The run and its PENDING descendants end; the run's own parent, if it
-  // is passivated (waiting for this end, maybe), is marked delivered.
+  // The run and its PENDING descendants: sagas going forward are
+  // signalled (due at once if passivated), compensating or done sagas left
+  // alone, other runs end. The run's own parent, if it is passivated
+  // (waiting for this end, maybe), is marked delivered.
   c->prepare("cancel_run",
              "WITH RECURSIVE tree(id) AS (SELECT id FROM " + s
                + "runs WHERE id = $1 AND status = 'PENDING' UNION SELECT r.id "
@@ -383,12 +391,17 @@ void postgres_store::connect() {
                + s
                + "runs SET status = 'CANCELLED', error = 'cancelled', "
                  "wake_at = NULL, updated_at = $2 WHERE id IN (SELECT id FROM "
-                 "tree) AND status = 'PENDING' RETURNING id, parent_id), "
-                 "woken AS (UPDATE "
+                 "tree) AND status = 'PENDING' AND saga_phase IS NULL "
+                 "RETURNING id, parent_id), signalled AS (UPDATE "
+               + s
+               + "runs SET cancel_requested_at = COALESCE(cancel_requested_at, "
+                 "$2), wake_at = CASE WHEN wake_at > 0 THEN 0 ELSE wake_at END "
+                 "WHERE id IN (SELECT id FROM tree) AND status = 'PENDING' AND "
+                 "saga_phase = 'FORWARD' RETURNING id), woken AS (UPDATE "
                + s
                + "runs p SET wake_at = 0 FROM cancelled c WHERE c.id = $1 AND "
-                 "p.id = c.parent_id AND p.wake_at > $2) SELECT id FROM "
-                 "cancelled");
+                 "p.id = c.parent_id AND p.wake_at > $2) SELECT id, false FROM "
+                 "cancelled UNION ALL SELECT id, true FROM signalled");
   c->prepare("awakeable_exists",
              "SELECT 1 FROM " + s
                + "journal WHERE run_id = $1 AND seq = $2 AND kind = "
@@ -399,6 +412,8 @@ void postgres_store::connect() {
                  "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT "
                  "(id) DO NOTHING");
   c->prepare("notify", "SELECT pg_notify($1, $2)");
+  c->prepare("set_saga_phase",
+             "UPDATE " + s + "runs SET saga_phase = $2 WHERE id = $1");
   c->prepare("awake_runs",
              "SELECT id FROM " + s
                + "runs WHERE executor = $1 AND status = 'PENDING' AND wake_at "
@@ -670,15 +685,15 @@ bool postgres_store::set_wake_at(const fence& owner, std::string_view run_id,
   });
 }
 
-std::vector<std::string> postgres_store::cancel_run(std::string_view run_id,
-                                                    std::int64_t at_ms) {
+std::vector<cancelled_run> postgres_store::cancel_run(std::string_view run_id,
+                                                      std::int64_t at_ms) {
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
-    std::vector<std::string> ids;
+    std::vector<cancelled_run> runs;
     for (const auto& row :
          w.exec_prepared("cancel_run", std::string{run_id}, at_ms))
-      ids.push_back(row[0].as<std::string>());
-    return ids;
+      runs.push_back({row[0].as<std::string>(), row[1].as<bool>()});
+    return runs;
   });
 }
 
@@ -861,6 +876,16 @@ postgres_store::record_event(const fence& owner, journal_entry checkpoint,
       w.exec_prepared("upsert_event", e.run_id, key,
                       pqxx::binarystring{value.data(), value.size()},
                       e.created_at_ms);
+    });
+}
+
+std::optional<journal_entry>
+postgres_store::record_phase(const fence& owner, journal_entry checkpoint,
+                             const std::string& phase) {
+  return transact(
+    owner, std::move(checkpoint), [&](sql_session&) { return phase; },
+    [&](pqxx::work& w, const journal_entry& e) {
+      w.exec_prepared("set_saga_phase", e.run_id, phase);
     });
 }
 
@@ -1298,10 +1323,10 @@ void postgres_store::prepare_executors(connection& c,
               + "runs r WHERE r.executor = e.id AND r.status = 'PENDING') FOR "
                 "UPDATE SKIP LOCKED)");
   c.prepare("list_runs",
-            "SELECT id, name, status, executor, created_at, updated_at, error, "
-            "parent_id FROM "
-              + s
-              + "runs WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS "
+            std::string{"SELECT id, name, "} + detail::reported_status
+              + ", executor, created_at, updated_at, error, parent_id FROM "
+              + s + "runs WHERE ($1::text IS NULL OR "
+              + detail::reported_status + " = $1) AND ($2::text IS "
                 "NULL OR name = $2) AND ($3::bigint IS NULL OR created_at >= "
                 "$3) AND ($4::bigint IS NULL OR created_at < $4) AND "
                 "($5::bigint IS NULL OR (created_at, id) < ($5, $6)) ORDER BY "
@@ -1509,7 +1534,9 @@ std::vector<run_record> read_inbox(const pqxx::result& res,
     auto run = read_run(row);
     run.object_type = type;
     run.object_key = key;
-    rows.emplace_back(row[16].is_null() ? 0 : row[16].as<std::int64_t>(),
+    rows.emplace_back(row[run_column_count].is_null()
+                        ? 0
+                        : row[run_column_count].as<std::int64_t>(),
                       std::move(run));
   }
   std::sort(rows.begin(), rows.end(),

@@ -19,6 +19,7 @@ const char* to_string(entry_kind x) noexcept {
     case entry_kind::await: return "await";
     case entry_kind::send: return "send";
     case entry_kind::resolve: return "resolve";
+    case entry_kind::phase: return "phase";
   }
   return "unknown";
 }
@@ -44,6 +45,8 @@ std::optional<entry_kind> parse_entry_kind(const std::string& str) noexcept {
     return entry_kind::send;
   if (str == "resolve")
     return entry_kind::resolve;
+  if (str == "phase")
+    return entry_kind::phase;
   return std::nullopt;
 }
 

@@ -110,6 +110,30 @@ struct run_record {
   /// `type \x1f key`, joined by `\x1e`): calling one of them would wait
   /// for itself.
   std::string call_chain;
+  /// A saga's phase (`saga_phase`), empty for any other run: cancelling a
+  /// saga signals it instead of ending it.
+  std::string saga_phase;
+  /// Whether the run was asked to cancel: a saga observes it at its next
+  /// durable operation, or at once while it waits.
+  bool cancel_requested = false;
+};
+
+/// The phases of a saga run, as stored in `runs.saga_phase`.
+namespace saga_phase {
+/// Going forward: a cancellation is signalled, the saga compensates.
+inline constexpr const char* forward = "FORWARD";
+/// Undoing its completed steps: reported as COMPENSATING; a cancellation
+/// changes nothing.
+inline constexpr const char* compensating = "COMPENSATING";
+/// Its forward part completed: too late to cancel it.
+inline constexpr const char* done = "DONE";
+} // namespace saga_phase
+
+/// A cancellation's effect on one run of the cancelled tree.
+struct cancelled_run {
+  std::string id;
+  /// Signalled (a saga going forward) rather than ended CANCELLED.
+  bool signalled = false;
 };
 
 /// A virtual object's durable row: its state (empty before its first
@@ -153,6 +177,8 @@ enum class entry_kind : std::uint8_t {
   send,
   /// An awakeable or promise this run completed (once).
   resolve,
+  /// A saga's phase entered; the payload is the phase (`saga_phase`).
+  phase,
 };
 
 /// Returns the stored spelling of `x`.
@@ -169,6 +195,9 @@ enum class outcome : std::uint8_t {
   failed = 1,
   /// Failed with a `perdure::terminal_error`; rethrown as such.
   terminal = 2,
+  /// Never stored: the run was cancelled before this operation (a saga
+  /// observing a cancellation); rethrown as `perdure::cancelled_error`.
+  cancelled = 3,
   /// Never stored: the row could not be read (an unknown kind, an outcome
   /// outside this enum, a malformed time); `error` names the row. The run
   /// it belongs to ends ERROR with that reason; other runs are untouched.

@@ -58,12 +58,15 @@ public:
                            std::optional<std::int64_t> wake_at_ms)
     = 0;
 
-  /// Ends a PENDING run as CANCELLED (no fence: cancellation comes from
-  /// anywhere), and its PENDING descendants; marks the run's parent
-  /// `delivered_while_passivated` if it is passivated. Returns the ids
-  /// cancelled, empty if `run_id` was not PENDING.
-  virtual std::vector<std::string> cancel_run(std::string_view run_id,
-                                              std::int64_t at_ms)
+  /// Cancels a PENDING run and its PENDING descendants (no fence:
+  /// cancellation comes from anywhere). A saga going forward is signalled:
+  /// `cancel_requested` set (and, if passivated, due at once), status kept;
+  /// a compensating or done saga is left alone; any other run ends
+  /// CANCELLED. Marks the run's parent `delivered_while_passivated` if it is
+  /// passivated and the run ended. Returns the runs cancelled or signalled,
+  /// empty if `run_id` was not PENDING.
+  virtual std::vector<cancelled_run> cancel_run(std::string_view run_id,
+                                                std::int64_t at_ms)
     = 0;
 
   /// Returns one page of runs matching `filter`, newest first.

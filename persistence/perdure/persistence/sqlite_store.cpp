@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "perdure/persistence/detail/migrations.hpp"
+#include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/retry.hpp"
 
 namespace perdure::persistence {
@@ -245,7 +246,7 @@ private:
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id, deadline, call_chain";
+    "parent_id, deadline, call_chain, saga_phase, cancel_requested_at";
 
 /// Reads a journal row selected as `run_id, seq, kind, name, outcome,
 /// payload, error, created_at` (a bad row comes back unreadable).
@@ -280,6 +281,8 @@ run_record read_run(Statement& st) {
   if (!st.is_null(14))
     r.deadline_ms = st.int64(14);
   r.call_chain = st.opt_text(15).value_or(std::string{});
+  r.saga_phase = st.opt_text(16).value_or(std::string{});
+  r.cancel_requested = !st.is_null(17);
   return r;
 }
 
@@ -507,23 +510,46 @@ bool sqlite_store::set_wake_at(const fence& owner, std::string_view run_id,
   });
 }
 
-std::vector<std::string> sqlite_store::cancel_run(std::string_view run_id,
-                                                  std::int64_t at_ms) {
+std::vector<cancelled_run> sqlite_store::cancel_run(std::string_view run_id,
+                                                    std::int64_t at_ms) {
   return in_transaction([&] {
-    auto& st = prepare(
+    // One statement per effect (SQLite has no data-modifying CTEs); the
+    // tree is read once, before either changes it.
+    std::vector<std::pair<std::string, std::string>> tree;
+    auto& sel = prepare(
       "WITH RECURSIVE tree(id) AS (SELECT id FROM runs WHERE id = ?1 AND "
       "status = 'PENDING' UNION SELECT r.id FROM runs r JOIN tree t ON "
-      "r.parent_id = t.id WHERE r.status = 'PENDING') UPDATE runs SET status "
-      "= 'CANCELLED', error = 'cancelled', wake_at = NULL, updated_at = ?2 "
-      "WHERE id IN (SELECT id FROM tree) AND status = 'PENDING' RETURNING id");
-    st.bind(1, run_id).bind(2, at_ms);
-    std::vector<std::string> ids;
-    while (st.step())
-      ids.push_back(st.text(0));
-    st.reset();
-    if (!ids.empty())
+      "r.parent_id = t.id WHERE r.status = 'PENDING') SELECT r.id, "
+      "COALESCE(r.saga_phase, '') FROM runs r WHERE r.id IN (SELECT id FROM "
+      "tree)");
+    sel.bind(1, run_id);
+    while (sel.step())
+      tree.emplace_back(sel.text(0), sel.text(1));
+    sel.reset();
+    std::vector<cancelled_run> runs;
+    bool ended_it = false;
+    for (auto& [id, phase] : tree) {
+      if (phase.empty()) {
+        prepare("UPDATE runs SET status = 'CANCELLED', error = 'cancelled', "
+                "wake_at = NULL, updated_at = ?2 WHERE id = ?1")
+          .bind(1, id)
+          .bind(2, at_ms)
+          .run();
+        ended_it = ended_it || id == run_id;
+        runs.push_back({id, false});
+      } else if (phase == saga_phase::forward) {
+        prepare("UPDATE runs SET cancel_requested_at = "
+                "COALESCE(cancel_requested_at, ?2), wake_at = CASE WHEN "
+                "wake_at > 0 THEN 0 ELSE wake_at END WHERE id = ?1")
+          .bind(1, id)
+          .bind(2, at_ms)
+          .run();
+        runs.push_back({id, true});
+      }
+    }
+    if (ended_it)
       mark_parent_delivered(run_id, at_ms);
-    return ids;
+    return runs;
   });
 }
 
@@ -707,6 +733,24 @@ sqlite_store::record_event(const fence& owner, journal_entry checkpoint,
       .bind(2, key)
       .bind_blob(3, value)
       .bind(4, checkpoint.created_at_ms)
+      .run();
+    return checkpoint;
+  });
+}
+
+std::optional<journal_entry>
+sqlite_store::record_phase(const fence& owner, journal_entry checkpoint,
+                           const std::string& phase) {
+  return in_transaction([&]() -> std::optional<journal_entry> {
+    if (!fenced_ok(checkpoint.run_id, owner))
+      return std::nullopt;
+    if (auto earlier = recorded_entry(checkpoint.run_id, checkpoint.seq))
+      return earlier;
+    checkpoint.payload = phase;
+    insert_entry(checkpoint);
+    prepare("UPDATE runs SET saga_phase = ?2 WHERE id = ?1")
+      .bind(1, checkpoint.run_id)
+      .bind(2, phase)
       .run();
     return checkpoint;
   });
@@ -1059,8 +1103,10 @@ run_page sqlite_store::list_runs(const run_filter& f) {
   auto q = listing_query::from(f);
   return with_retry([&] {
     auto& sel = prepare(
-      "SELECT id, name, status, executor, created_at, updated_at, error, "
-      "parent_id FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL "
+      std::string{"SELECT id, name, "} + detail::reported_status
+      + ", executor, created_at, updated_at, error, parent_id FROM runs WHERE "
+        "(?1 IS NULL OR "
+      + detail::reported_status + " = ?1) AND (?2 IS NULL "
       "OR name = ?2) AND (?3 IS NULL OR created_at >= CAST(?3 AS INTEGER)) "
       "AND (?4 IS NULL OR created_at < CAST(?4 AS INTEGER)) AND (?5 IS NULL "
       "OR (created_at, id) < (CAST(?5 AS INTEGER), ?6)) ORDER BY created_at "

@@ -51,7 +51,7 @@ public:
                                  const claim_filter& filter) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
-  std::vector<std::string> cancel_run(std::string_view run_id,
+  std::vector<cancelled_run> cancel_run(std::string_view run_id,
                                       std::int64_t at_ms) override;
   resolve_result resolve(const resolution& r) override;
   std::optional<journal_entry> deliver(const fence& owner,
@@ -69,6 +69,9 @@ public:
                                             journal_entry checkpoint,
                                             const std::string& key,
                                             const std::string& value) override;
+  std::optional<journal_entry> record_phase(const fence& owner,
+                                            journal_entry checkpoint,
+                                            const std::string& phase) override;
   std::optional<std::string> get_event(std::string_view run_id,
                                        std::string_view key) override;
   std::optional<run_record> get_run(std::string_view id) override;

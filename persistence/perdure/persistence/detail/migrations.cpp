@@ -115,6 +115,12 @@ std::vector<migration> sqlite_migrations() {
        " updated_at INTEGER NOT NULL,"
        " PRIMARY KEY (type, key)) WITHOUT ROWID",
      }},
+    {8,
+     "sagas: their phase, and cancellation as a signal they observe",
+     {
+       "ALTER TABLE runs ADD COLUMN saga_phase TEXT",
+       "ALTER TABLE runs ADD COLUMN cancel_requested_at INTEGER",
+     }},
   };
 }
 
@@ -244,6 +250,12 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        " epoch BIGINT NOT NULL,"
        " updated_at BIGINT NOT NULL,"
        " PRIMARY KEY (type, key))",
+     }},
+    {8,
+     "sagas: their phase, and cancellation as a signal they observe",
+     {
+       "ALTER TABLE " + s + "runs ADD COLUMN saga_phase TEXT",
+       "ALTER TABLE " + s + "runs ADD COLUMN cancel_requested_at BIGINT",
      }},
   };
 }
