@@ -3,8 +3,8 @@
 // last. When a step fails for good, or the trip is cancelled, what was
 // booked is released again, in reverse order -- also across a crash.
 //
-//   PERDURE_DATABASE_URL=sqlite:///tmp/trips.db ./perdure-trip-booking \
-//     [--fail flight|hotel|car|payment] [--cancel] [--crash | --resume]
+//   PERDURE_DATABASE_URL=sqlite:///tmp/trips.db ./perdure-trip-booking
+//       [--fail flight|hotel|car|payment] [--cancel] [--crash | --resume]
 //
 // --crash kills the process while the compensations run; run it again with
 // --resume and the saga finishes where it was. The output shows what was
@@ -98,6 +98,17 @@ perdure::task<std::string> book_trip(perdure::workflow_context& ctx,
   co_return co_await perdure::sagas::run<std::string>(
     ctx, [&](perdure::sagas::saga& s) -> perdure::task<std::string> {
       for (std::string service : services) {
+        // Named before co_await: it keeps `service` by value (GCC 12).
+        auto undo = [&, service](const std::int64_t&) -> perdure::task<void> {
+          co_await ctx.call<std::int64_t>(service, "main", "release", trip);
+          std::cout << "  undone: " << service << " released" << std::endl;
+          if (crash_while_undoing) {
+            std::cout << "killing the process in the middle of the "
+                         "compensations"
+                      << std::endl;
+            std::raise(SIGKILL);
+          }
+        };
         co_await s.step(
           service,
           [&]() -> perdure::task<std::int64_t> {
@@ -109,16 +120,7 @@ perdure::task<std::string> book_trip(perdure::workflow_context& ctx,
                       << std::endl;
             co_return left;
           },
-          [&, service](const std::int64_t&) -> perdure::task<void> {
-            co_await ctx.call<std::int64_t>(service, "main", "release", trip);
-            std::cout << "  undone: " << service << " released" << std::endl;
-            if (crash_while_undoing) {
-              std::cout << "killing the process in the middle of the "
-                           "compensations"
-                        << std::endl;
-              std::raise(SIGKILL);
-            }
-          });
+          undo);
       }
       if (req.pause)
         co_await ctx.sleep(std::chrono::seconds{30});

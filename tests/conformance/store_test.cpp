@@ -25,7 +25,7 @@ TEST_F(store_test, reports_its_dialect) {
 TEST_F(store_test, migrations_are_versioned_and_idempotent) {
   // PostgreSQL skips 4 (SQLite's notices table; it has NOTIFY), SQLite 6
   // (PostgreSQL's lease epoch sequence; one runtime per file needs none).
-  auto latest = 7;
+  auto latest = 8;
   EXPECT_EQ(store_->schema_version(), latest);
   store_->migrate();
   auto other = open_store(db_.store_options());
@@ -278,7 +278,11 @@ TEST_F(store_test, cancelling_a_child_marks_its_passivated_parent) {
   ASSERT_TRUE(store_->create_run(grandchild).created);
   ASSERT_TRUE(store_->set_wake_at(owner, "parent",
                                   std::numeric_limits<std::int64_t>::max()));
-  auto ids = store_->cancel_run("parent.0", 3000);
+  std::vector<std::string> ids;
+  for (auto& c : store_->cancel_run("parent.0", 3000)) {
+    EXPECT_FALSE(c.signalled) << c.id;
+    ids.push_back(c.id);
+  }
   std::sort(ids.begin(), ids.end());
   EXPECT_EQ(ids, (std::vector<std::string>{"parent.0", "parent.0.0"}));
   EXPECT_EQ(store_->get_run("parent")->status, run_status::pending);
@@ -288,6 +292,55 @@ TEST_F(store_test, cancelling_a_child_marks_its_passivated_parent) {
   ASSERT_TRUE(store_->set_wake_at(owner, "parent", 9000));
   EXPECT_TRUE(store_->cancel_run("parent.0", 4000).empty());
   EXPECT_EQ(store_->get_run("parent")->wake_at_ms, 9000);
+}
+
+TEST_F(store_test, cancelling_signals_a_saga_going_forward_and_leaves_a_compensating_one) {
+  fence owner{"exec-a", 1};
+  auto enter = [&](const std::string& run, std::int32_t seq, const char* phase) {
+    journal_entry cp{.run_id = run, .seq = seq, .kind = entry_kind::phase,
+                     .name = "saga"};
+    auto e = store_->record_phase(owner, cp, phase);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->payload, phase);
+  };
+  ASSERT_TRUE(store_->create_run(make_run("forward")).created);
+  auto child = make_run("forward.0"); // an ordinary child: ends at once
+  child.parent_id = "forward";
+  ASSERT_TRUE(store_->create_run(child).created);
+  enter("forward", 0, saga_phase::forward);
+  ASSERT_TRUE(store_->set_wake_at(owner, "forward", 9000)); // passivated
+  auto runs = store_->cancel_run("forward", 3000);
+  ASSERT_EQ(runs.size(), 2u);
+  std::sort(runs.begin(), runs.end(),
+            [](auto& a, auto& b) { return a.id < b.id; });
+  EXPECT_EQ(runs[0].id, "forward");
+  EXPECT_TRUE(runs[0].signalled);
+  EXPECT_EQ(runs[1].id, "forward.0");
+  EXPECT_FALSE(runs[1].signalled);
+  auto saga = store_->get_run("forward");
+  EXPECT_EQ(saga->status, run_status::pending) << "a saga is signalled";
+  EXPECT_TRUE(saga->cancel_requested);
+  EXPECT_EQ(saga->saga_phase, saga_phase::forward);
+  EXPECT_EQ(saga->wake_at_ms, delivered_while_passivated)
+    << "a passivated saga is due at once, to observe it";
+  EXPECT_EQ(store_->get_run("forward.0")->status, run_status::cancelled);
+
+  ASSERT_TRUE(store_->create_run(make_run("undoing")).created);
+  enter("undoing", 0, saga_phase::forward);
+  enter("undoing", 1, saga_phase::compensating);
+  EXPECT_TRUE(store_->cancel_run("undoing", 3000).empty());
+  auto undoing = store_->get_run("undoing");
+  EXPECT_EQ(undoing->status, run_status::pending);
+  EXPECT_FALSE(undoing->cancel_requested);
+  auto page = store_->list_runs({.status = run_status::compensating});
+  ASSERT_EQ(page.runs.size(), 1u);
+  EXPECT_EQ(page.runs[0].id, "undoing");
+  EXPECT_FALSE(store_->record_phase({"exec-a", 9},
+                                    {.run_id = "undoing", .seq = 2,
+                                     .kind = entry_kind::phase,
+                                     .name = "saga"},
+                                    saga_phase::done))
+    << "fenced";
 }
 
 TEST_F(store_test, a_delivery_commits_with_its_checkpoint_once_and_fenced) {

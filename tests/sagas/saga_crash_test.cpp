@@ -19,7 +19,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int sagas = 150;
+constexpr int sagas = 200;
 
 class saga_crash_test : public ::testing::Test {
 protected:
@@ -46,7 +46,7 @@ protected:
 
 TEST_F(saga_crash_test, sigkilled_sagas_run_each_step_and_compensation_exactly_once) {
   std::mt19937 rng{std::random_device{}()};
-  std::uniform_int_distribution<int> delay_ms{50, 600};
+  std::uniform_int_distribution<int> delay_ms{30, 300};
   constexpr int kills = 4;
   int interrupted = 0;
   for (int k = 0; k < kills; ++k) {

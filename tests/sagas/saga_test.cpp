@@ -65,17 +65,17 @@ protected:
             int sum = 0;
             for (int k = 1; k <= 4; ++k) {
               auto name = "s" + std::to_string(k);
-              sum += co_await s.step(
-                name,
-                [&, k, name] {
-                  if (k == fail_at)
-                    throw terminal_error(name + " refused");
-                  log_.add("do " + name);
-                  return k;
-                },
-                [this, name](const int& got) {
-                  log_.add("undo " + name + "=" + std::to_string(got));
-                });
+              auto action = [&] {
+                if (k == fail_at)
+                  throw terminal_error(name + " refused");
+                log_.add("do " + name);
+                return k;
+              };
+              // Named: it keeps `name` by value (see saga::step).
+              auto undo = [this, name](const int& got) {
+                log_.add("undo " + name + "=" + std::to_string(got));
+              };
+              sum += co_await s.step(name, action, undo);
             }
             co_return sum;
           });

@@ -25,7 +25,7 @@ namespace {
 /// Records effect `what` of saga `saga`, in the step's own transaction.
 void effect(sql_session& s, const std::string& table, const std::string& saga,
             const std::string& what) {
-  std::this_thread::sleep_for(1ms); // time for a kill to land in between
+  std::this_thread::sleep_for(5ms); // time for a kill to land in between
   s.exec_params("INSERT INTO " + table + " (saga, what) VALUES ($1, $2)", saga,
                 what);
 }
@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
     co_return co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
       for (int k = 1; k <= 4; ++k) {
         auto name = "s" + std::to_string(k);
+        auto undo = [table, id, name](sql_session& sql, const int& got) {
+          effect(sql, table, id, "undo " + name + "=" + std::to_string(got));
+        };
         co_await s.transaction(
           name,
           [&](sql_session& sql) {
@@ -56,9 +59,7 @@ int main(int argc, char** argv) {
             effect(sql, table, id, "do " + name);
             return k;
           },
-          [table, id, name](sql_session& sql, const int& got) {
-            effect(sql, table, id, "undo " + name + "=" + std::to_string(got));
-          });
+          undo);
       }
       co_return 0;
     });

@@ -133,16 +133,25 @@ public:
   /// `task` (awaited here: it calls objects or child workflows, durably).
   /// `compensation` takes the action's result (nothing for a void action)
   /// and is likewise plain or a task.
+  ///
+  /// As for `workflow_context::step` (GCC 12): a lambda written inside the
+  /// `co_await` must capture by reference only; one that captures by value
+  /// (a compensation keeping a loop's name, say) is named first.
   template <class Action, class Compensation>
-  auto step(std::string name, Action action, Compensation compensation,
+  auto step(std::string name, Action&& action, Compensation&& compensation,
             retry_policy policy = {}) {
-    using returned = std::invoke_result_t<Action&>;
+    perdure::detail::check_step_callable<Action>();
+    perdure::detail::check_step_callable<Compensation>();
+    using returned = std::invoke_result_t<std::decay_t<Action>&>;
     if constexpr (detail::is_task<returned>::value)
       return task_step<typename detail::task_value<returned>::type>(
-        std::move(name), std::move(action), std::move(compensation));
+        std::move(name), std::decay_t<Action>{std::forward<Action>(action)},
+        std::decay_t<Compensation>{std::forward<Compensation>(compensation)});
     else
-      return plain_step<returned>(std::move(name), std::move(action),
-                                  std::move(compensation), policy);
+      return plain_step<returned>(
+        std::move(name), std::decay_t<Action>{std::forward<Action>(action)},
+        std::decay_t<Compensation>{std::forward<Compensation>(compensation)},
+        policy);
   }
 
   /// Runs `action(sql_session&)` as transactional step `name` (see
@@ -152,11 +161,15 @@ public:
   /// whose steps are rows in the application's own database, each effect
   /// and each undo happens exactly once, crashes or not.
   template <class Action, class Compensation>
-  auto transaction(std::string name, Action action, Compensation compensation,
-                   retry_policy policy = {}) {
-    using R = std::invoke_result_t<Action&, sql_session&>;
-    return transaction_step<R>(std::move(name), std::move(action),
-                               std::move(compensation), policy);
+  auto transaction(std::string name, Action&& action,
+                   Compensation&& compensation, retry_policy policy = {}) {
+    perdure::detail::check_step_callable<Action>();
+    perdure::detail::check_step_callable<Compensation>();
+    using R = std::invoke_result_t<std::decay_t<Action>&, sql_session&>;
+    return transaction_step<R>(
+      std::move(name), std::decay_t<Action>{std::forward<Action>(action)},
+      std::decay_t<Compensation>{std::forward<Compensation>(compensation)},
+      policy);
   }
 
   /// Runs `members` at once, as one durable step named `name` (each on a
