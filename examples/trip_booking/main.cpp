@@ -44,7 +44,10 @@ perdure::task<std::int64_t> stock(perdure::object_context<inventory>& ctx,
 }
 
 /// Holds one unit for `trip`; holding twice (a step run again) holds one.
-perdure::task<std::int64_t> hold(perdure::object_context<inventory>& ctx,
+/// Handlers run once per call (their effect commits with their end), so
+/// this is where the output says what happened.
+perdure::task<std::int64_t> hold(const char* service,
+                                 perdure::object_context<inventory>& ctx,
                                  std::string trip) {
   auto& s = ctx.state();
   if (s.held_by.count(trip) == 0) {
@@ -52,17 +55,22 @@ perdure::task<std::int64_t> hold(perdure::object_context<inventory>& ctx,
       throw perdure::terminal_error("sold out");
     --s.free;
     s.held_by.insert(trip);
+    std::cout << "  booked " << service << " (" << s.free << " left)"
+              << std::endl;
   }
   co_return s.free;
 }
 
 /// Releases `trip`'s unit; a release of nothing held is fine (a
 /// compensation may run for a step whose effect never came).
-perdure::task<std::int64_t> release(perdure::object_context<inventory>& ctx,
+perdure::task<std::int64_t> release(const char* service,
+                                    perdure::object_context<inventory>& ctx,
                                     std::string trip) {
   auto& s = ctx.state();
-  if (s.held_by.erase(trip) > 0)
+  if (s.held_by.erase(trip) > 0) {
     ++s.free;
+    std::cout << "  undone: " << service << " released" << std::endl;
+  }
   co_return s.free;
 }
 
@@ -101,7 +109,6 @@ perdure::task<std::string> book_trip(perdure::workflow_context& ctx,
         // Named before co_await: it keeps `service` by value (GCC 12).
         auto undo = [&, service](const std::int64_t&) -> perdure::task<void> {
           co_await ctx.call<std::int64_t>(service, "main", "release", trip);
-          std::cout << "  undone: " << service << " released" << std::endl;
           if (crash_while_undoing) {
             std::cout << "killing the process in the middle of the "
                          "compensations"
@@ -114,11 +121,8 @@ perdure::task<std::string> book_trip(perdure::workflow_context& ctx,
           [&]() -> perdure::task<std::int64_t> {
             if (req.fail == service)
               throw perdure::terminal_error(service + " refused the booking");
-            auto left = co_await ctx.call<std::int64_t>(service, "main",
-                                                        "hold", trip);
-            std::cout << "  booked " << service << " (" << left << " left)"
-                      << std::endl;
-            co_return left;
+            co_return co_await ctx.call<std::int64_t>(service, "main", "hold",
+                                                      trip);
           },
           undo);
       }
@@ -129,7 +133,7 @@ perdure::task<std::string> book_trip(perdure::workflow_context& ctx,
         [&] {
           if (req.fail == "payment")
             throw perdure::terminal_error("card declined");
-          std::cout << "  paid" << std::endl;
+          std::cout << "  paid" << std::endl; // a step: runs once
           return true;
         },
         [](const bool&) { std::cout << "  undone: payment refunded\n"; });
@@ -158,8 +162,14 @@ int main(int argc, char** argv) {
   for (auto service : services)
     rt.register_object<inventory>(service)
       .handler("stock", stock)
-      .handler("hold", hold)
-      .handler("release", release)
+      .handler("hold",
+               [service](perdure::object_context<inventory>& ctx,
+                         std::string trip) { return hold(service, ctx, trip); })
+      .handler("release",
+               [service](perdure::object_context<inventory>& ctx,
+                         std::string trip) {
+                 return release(service, ctx, trip);
+               })
       .handler("free", free_units)
       .handler("missing", missing);
   rt.register_workflow("book_trip", book_trip);
@@ -178,7 +188,8 @@ int main(int argc, char** argv) {
     h.cancel();
   }
   try {
-    std::cout << "result: " << h.get() << "\n";
+    auto result = h.get();
+    std::cout << "result: " << result << "\n";
   } catch (const perdure::error& ex) {
     std::cout << "result: " << perdure::to_string(h.status()) << " -- "
               << ex.what() << "\n";
