@@ -46,11 +46,15 @@ void execution::dispatch() {
                   || kind == persistence::entry_kind::phase;
   if (is_event)
     checkpoint.payload = op->payload;
-  // A transaction runs user SQL (step executor); an event or a saga's
-  // phase is the runtime's own row (control executor).
-  auto& executor = is_event ? *rt->control : *rt->steps;
+  // A transaction runs user SQL (step executor); an event is the
+  // runtime's own row (control executor). A saga's phase is too, but two
+  // of them per saga would serialise every saga's commits on the one
+  // control thread: they share the step threads and their connections
+  // (concurrent commits share WAL flushes).
+  auto own_row = kind == persistence::entry_kind::event;
+  auto& executor = own_row ? *rt->control : *rt->steps;
   executor.post([me, seq, checkpoint, fence = owner(), body = op->tx_body,
-                 is_event, kind, rt = rt] {
+                 is_event, own_row, kind, rt = rt] {
     auto send_failure = [&](persistence::outcome o, const char* what) {
       send_outcome(me, seq, o, {}, what, false);
     };
@@ -60,7 +64,7 @@ void execution::dispatch() {
     }
     auto body_ran = false;
     try {
-      auto& pool = is_event ? *rt->stores : *rt->tx_stores;
+      auto& pool = own_row ? *rt->stores : *rt->tx_stores;
       auto recorded = pool.with([&](persistence::store& db) {
         if (kind == persistence::entry_kind::phase)
           return db.record_phase(fence, checkpoint, checkpoint.payload);
