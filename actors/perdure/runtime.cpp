@@ -609,6 +609,13 @@ void runtime_impl::sweep() {
     for (auto& id : ids)
       if (!is_active(id))
         revive(id);
+    // Sagas asked to cancel whose signal may have been lost (a notice
+    // whose sender died, a passivation racing the request): again.
+    auto sagas = stores->with([&](persistence::store& db) {
+      return db.signalled_sagas(cfg.executor_id);
+    });
+    for (auto& id : sagas)
+      cancel_signalled(id);
   } catch (const std::exception& ex) {
     log().warn("perdure: sweep failed: {}", ex.what());
   }
@@ -665,14 +672,25 @@ void runtime_impl::cancelled(const std::string& id) {
 void runtime_impl::cancel_signalled(const std::string& id) {
   {
     std::lock_guard guard{active_mtx_};
-    auto i = active_.find(id);
-    if (i != active_.end()) {
-      ++i->second.wakes; // a passivation under way stays for it
-      signal_run(i->second.actor, i->second.exec, run_signal::cancel, 1);
+    if (signal_cancel_locked(id))
+      return;
+    if (reviving_.count(id) > 0) {
+      // Coming back now, maybe from a row read before the request:
+      // signalled once it is in memory (see revive).
+      cancels_pending_.insert(id);
       return;
     }
   }
-  revive(id);
+  revive(id); // it reads the request from its row
+}
+
+bool runtime_impl::signal_cancel_locked(const std::string& id) {
+  auto i = active_.find(id);
+  if (i == active_.end())
+    return false;
+  ++i->second.wakes; // a passivation under way stays for it
+  signal_run(i->second.actor, i->second.exec, run_signal::cancel, 1);
+  return true;
 }
 
 void runtime_impl::apply_cancel(
@@ -755,6 +773,8 @@ void runtime_impl::revive(const std::string& id, bool count_attempt) {
     ~done_reviving() {
       std::lock_guard guard{rt.active_mtx_};
       rt.reviving_.erase(id);
+      if (rt.cancels_pending_.erase(id) > 0)
+        rt.signal_cancel_locked(id);
     }
   } guard{*this, id};
   try {

@@ -344,9 +344,21 @@ public:
   /// `persistence::saga_phase`), together with the run's phase in the store.
   /// For `sagas::saga`; workflow code has no use for it.
   detail::phase_awaiter enter_saga_phase(const char* phase) {
-    auto op = next_operation(persistence::entry_kind::phase, "saga", {});
+    // A phase is the runtime's own row: retried until it is written.
+    auto op = next_operation(persistence::entry_kind::phase, "saga",
+                             {.max_attempts = 1'000'000,
+                              .initial_delay = std::chrono::milliseconds{100},
+                              .backoff = 2.0,
+                              .max_delay = std::chrono::seconds{5}});
     op.payload = phase;
     return {*core_, std::move(op)};
+  }
+
+  /// While the returned guard lives, this saga does not observe a
+  /// cancellation (`sagas::saga` holds one over a task step, so the step
+  /// finishes and its compensation is known). For `sagas::saga`.
+  detail::cancellation_shield shield_cancellation() {
+    return detail::cancellation_shield{*core_};
   }
 
 private:

@@ -304,7 +304,8 @@ void execution::on_cancel(bool ended) {
 }
 
 bool execution::cancel_observable() const {
-  return cancel_requested_ && saga_phase_ == persistence::saga_phase::forward;
+  return cancel_requested_ && saga_phase_ == persistence::saga_phase::forward
+         && cancel_shields_ == 0;
 }
 
 void execution::interrupt() {
@@ -380,17 +381,22 @@ void execution::on_durable(std::int32_t seq, std::int32_t ack, std::int32_t resu
   e.error = std::move(error);
   if (op->kind == persistence::entry_kind::sleep) {
     // The wake-up time is durable (ours, or one recorded before): wait.
-    arm(e.outcome == persistence::outcome::value
-          ? persistence::recorded_time(e)
-          : op->due_ms);
+    if (e.outcome == persistence::outcome::value)
+      op->due_ms = persistence::recorded_time(e); // for a re-arm (on_wake)
+    arm(op->due_ms);
     return;
   }
   resume_with(std::move(e));
 }
 
 void execution::on_retry(std::int32_t seq) {
-  if (op && op->seq == seq && cancel_observable()) {
-    cancel_operation(); // no attempt after a cancellation
+  // A plain step's failed attempt wrote nothing: no attempt after a
+  // cancellation. Anything else may have committed an attempt whose
+  // answer was lost: dispatched again, it returns what stands, and the next
+  // operation observes the cancellation.
+  if (op && op->seq == seq && op->kind == persistence::entry_kind::step
+      && cancel_observable()) {
+    cancel_operation();
     return;
   }
   if (op && op->seq == seq) {

@@ -180,8 +180,11 @@ void execution::on_wake(std::int32_t seq) {
   if (!op || passivating || (seq >= 0 && op->seq != seq))
     return;
   if (op->kind == persistence::entry_kind::sleep) {
+    // Woken while passivating (it stays): wait again, or, cancelled, not.
     if (auto* e = find_recorded(op->seq))
       arm(persistence::recorded_time(*e));
+    else
+      arm(op->due_ms);
   } else if (op->kind == persistence::entry_kind::await) {
     check_delivery();
   }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "perdure/persistence/codec.hpp"
@@ -183,6 +184,13 @@ public:
     return max_payload_;
   }
 
+  /// While a shield lives, a saga's cancellation is not observed (a task
+  /// step in flight finishes, and its compensation is known, first). Set
+  /// and cleared by the code's position, so replay sees the same.
+  void shield_cancellation(bool on) noexcept {
+    cancel_shields_ += on ? 1 : -1;
+  }
+
   /// Returns why the run must fail regardless of what its code does, or null.
   const std::string* fatal() const noexcept {
     return fatal_.get();
@@ -200,6 +208,32 @@ protected:
   std::vector<std::pair<std::string, std::int64_t>> consumed_;
   persistence::encoding encoding_ = persistence::encoding::json;
   std::size_t max_payload_ = 0;
+  std::int32_t cancel_shields_ = 0;
+};
+
+/// Holds off a saga's cancellation while it lives (see
+/// `run_core::shield_cancellation`).
+class [[nodiscard]] cancellation_shield {
+public:
+  explicit cancellation_shield(run_core& core) : core_(&core) {
+    core_->shield_cancellation(true);
+  }
+
+  cancellation_shield(cancellation_shield&& other) noexcept
+    : core_(std::exchange(other.core_, nullptr)) {
+  }
+
+  cancellation_shield(const cancellation_shield&) = delete;
+  cancellation_shield& operator=(const cancellation_shield&) = delete;
+  cancellation_shield& operator=(cancellation_shield&&) = delete;
+
+  ~cancellation_shield() {
+    if (core_)
+      core_->shield_cancellation(false);
+  }
+
+private:
+  run_core* core_;
 };
 
 /// Returns the value recorded in `e`, or throws what it recorded.

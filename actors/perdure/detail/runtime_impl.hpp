@@ -166,6 +166,10 @@ public:
   /// when it replays).
   void cancel_signalled(const std::string& id);
 
+  /// Signals saga `id`'s actor, if it is in memory here (`active_mtx_`
+  /// held); returns whether it was.
+  bool signal_cancel_locked(const std::string& id);
+
   /// Acts on what `store::cancel_run` did to the runs of a tree, here and
   /// (announced) in other processes.
   void apply_cancel(const std::vector<persistence::cancelled_run>& runs);
@@ -337,6 +341,8 @@ private:
   /// Runs being revived (one revival per run at a time: a second claim
   /// would fence the first one's actor).
   std::unordered_set<std::string> reviving_;
+  /// Sagas asked to cancel while being revived (`active_mtx_`).
+  std::unordered_set<std::string> cancels_pending_;
   /// Runs this process lost to another one: never run or revived again.
   std::unordered_set<std::string> fenced_;
   /// Runs to revive (with whether their actor crashed), and when

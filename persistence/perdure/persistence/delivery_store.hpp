@@ -45,6 +45,11 @@ public:
   /// (`delivered_while_passivated`): a sweep revives those not in memory.
   virtual std::vector<std::string> awake_runs(std::string_view executor) = 0;
 
+  /// Returns the sagas of `executor` asked to cancel and still going
+  /// forward: a sweep signals them again (a notice may have been lost).
+  virtual std::vector<std::string> signalled_sagas(std::string_view executor)
+    = 0;
+
 
   /// Queues `payload` for run `run_id` on `topic` and, if the run is
   /// passivated, marks it as `resolve` does. Returns false if there is no

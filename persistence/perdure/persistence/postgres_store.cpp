@@ -373,35 +373,44 @@ void postgres_store::connect() {
   // Many runs at once (the writer batches starts): new ids inserted, taken
   // ones left alone; the inserted ids come back.
   c->prepare("create_runs", create_runs_sql(s, 1));
+  // A saga with a cancellation to observe does not sleep: due at once.
   c->prepare("set_wake_at",
              "UPDATE " + s
-               + "runs SET wake_at = $4 WHERE id = $1 AND executor = $2 AND "
-                 "epoch = $3 AND status = 'PENDING'");
-  // The run and its PENDING descendants: sagas going forward are
-  // signalled (due at once if passivated), compensating or done sagas left
-  // alone, other runs end. The run's own parent, if it is passivated
-  // (waiting for this end, maybe), is marked delivered.
+               + "runs SET wake_at = CASE WHEN $4::bigint IS NOT NULL AND "
+                 "cancel_requested_at IS NOT NULL AND saga_phase = 'FORWARD' "
+                 "THEN 0 ELSE $4::bigint END WHERE id = $1 AND executor = $2 "
+                 "AND epoch = $3 AND status = 'PENDING'");
+  // The run and its PENDING descendants (none below a compensating saga:
+  // those are its compensations' calls): sagas going forward are
+  // signalled (due at once if passivated), compensating ones left alone,
+  // other runs end. One UPDATE whose CASEs PostgreSQL evaluates on the row
+  // as it is once locked: a phase committed meanwhile is seen. The run's
+  // own parent, if it is passivated (waiting for this end, maybe), is
+  // marked delivered.
+  auto ends = std::string{"(saga_phase IS NULL OR saga_phase = 'DONE')"};
   c->prepare("cancel_run",
-             "WITH RECURSIVE tree(id) AS (SELECT id FROM " + s
-               + "runs WHERE id = $1 AND status = 'PENDING' UNION SELECT r.id "
-                 "FROM "
+             "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM " + s
+               + "runs WHERE id = $1 AND status = 'PENDING' UNION SELECT r.id, "
+                 "r.saga_phase FROM "
                + s
                + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
-                 "'PENDING'), cancelled AS (UPDATE "
+                 "'PENDING' AND t.phase IS DISTINCT FROM 'COMPENSATING'), "
+                 "changed AS (UPDATE "
+               + s + "runs SET status = CASE WHEN " + ends
+               + " THEN 'CANCELLED' ELSE status END, error = CASE WHEN " + ends
+               + " THEN 'cancelled' ELSE error END, wake_at = CASE WHEN " + ends
+               + " THEN NULL WHEN wake_at > 0 THEN 0 ELSE wake_at END, "
+                 "cancel_requested_at = CASE WHEN "
+               + ends + " THEN cancel_requested_at ELSE COALESCE("
+                 "cancel_requested_at, $2) END, updated_at = CASE WHEN " + ends
+               + " THEN $2 ELSE updated_at END WHERE id IN (SELECT id FROM "
+                 "tree) AND status = 'PENDING' AND saga_phase IS DISTINCT "
+                 "FROM 'COMPENSATING' RETURNING id, parent_id, status), "
+                 "woken AS (UPDATE "
                + s
-               + "runs SET status = 'CANCELLED', error = 'cancelled', "
-                 "wake_at = NULL, updated_at = $2 WHERE id IN (SELECT id FROM "
-                 "tree) AND status = 'PENDING' AND saga_phase IS NULL "
-                 "RETURNING id, parent_id), signalled AS (UPDATE "
-               + s
-               + "runs SET cancel_requested_at = COALESCE(cancel_requested_at, "
-                 "$2), wake_at = CASE WHEN wake_at > 0 THEN 0 ELSE wake_at END "
-                 "WHERE id IN (SELECT id FROM tree) AND status = 'PENDING' AND "
-                 "saga_phase = 'FORWARD' RETURNING id), woken AS (UPDATE "
-               + s
-               + "runs p SET wake_at = 0 FROM cancelled c WHERE c.id = $1 AND "
-                 "p.id = c.parent_id AND p.wake_at > $2) SELECT id, false FROM "
-                 "cancelled UNION ALL SELECT id, true FROM signalled");
+               + "runs p SET wake_at = 0 FROM changed c WHERE c.id = $1 AND "
+                 "c.status = 'CANCELLED' AND p.id = c.parent_id AND p.wake_at "
+                 "> $2) SELECT id, status <> 'CANCELLED' FROM changed");
   c->prepare("awakeable_exists",
              "SELECT 1 FROM " + s
                + "journal WHERE run_id = $1 AND seq = $2 AND kind = "
@@ -418,6 +427,10 @@ void postgres_store::connect() {
              "SELECT id FROM " + s
                + "runs WHERE executor = $1 AND status = 'PENDING' AND wake_at "
                  "= 0");
+  c->prepare("signalled_sagas",
+             "SELECT id FROM " + s
+               + "runs WHERE executor = $1 AND status = 'PENDING' AND "
+                 "saga_phase = 'FORWARD' AND cancel_requested_at IS NOT NULL");
   c->prepare("run_exists",
              "SELECT 1 FROM " + s + "runs WHERE id = $1");
   c->prepare("send_message",
@@ -836,6 +849,18 @@ postgres_store::awake_runs(std::string_view executor) {
     pqxx::read_transaction t{*conn_};
     std::vector<std::string> ids;
     for (const auto& row : t.exec_prepared("awake_runs", std::string{executor}))
+      ids.push_back(row[0].as<std::string>());
+    return ids;
+  });
+}
+
+std::vector<std::string>
+postgres_store::signalled_sagas(std::string_view executor) {
+  return with_retry([&] {
+    pqxx::read_transaction t{*conn_};
+    std::vector<std::string> ids;
+    for (const auto& row :
+         t.exec_prepared("signalled_sagas", std::string{executor}))
       ids.push_back(row[0].as<std::string>());
     return ids;
   });

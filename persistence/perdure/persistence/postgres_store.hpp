@@ -64,6 +64,7 @@ public:
   std::optional<resolution> get_resolution(std::string_view id) override;
   void notify(std::string_view payload) override;
   std::vector<std::string> awake_runs(std::string_view executor) override;
+  std::vector<std::string> signalled_sagas(std::string_view executor) override;
   bool send_message(std::string_view run_id, std::string_view topic,
                     std::string_view payload, std::int64_t at_ms) override;
   std::optional<message> next_message(std::string_view run_id,

@@ -59,10 +59,10 @@ public:
     = 0;
 
   /// Cancels a PENDING run and its PENDING descendants (no fence:
-  /// cancellation comes from anywhere). A saga going forward is signalled:
-  /// `cancel_requested` set (and, if passivated, due at once), status kept;
-  /// a compensating or done saga is left alone; any other run ends
-  /// CANCELLED. Marks the run's parent `delivered_while_passivated` if it is
+  /// cancellation comes from anywhere; none below a compensating saga). A
+  /// saga going forward is signalled: `cancel_requested` set (and, if
+  /// passivated, due at once), status kept; a compensating saga is left
+  /// alone; any other run (a saga done included) ends CANCELLED. Marks the run's parent `delivered_while_passivated` if it is
   /// passivated and the run ended. Returns the runs cancelled or signalled,
   /// empty if `run_id` was not PENDING.
   virtual std::vector<cancelled_run> cancel_run(std::string_view run_id,

@@ -498,7 +498,10 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
 bool sqlite_store::set_wake_at(const fence& owner, std::string_view run_id,
                                std::optional<std::int64_t> wake_at_ms) {
   return with_retry([&] {
-    auto& st = prepare("UPDATE runs SET wake_at = ?4 WHERE id = ?1 AND "
+    // A saga with a cancellation to observe does not sleep: due at once.
+    auto& st = prepare("UPDATE runs SET wake_at = CASE WHEN ?4 IS NOT NULL "
+                       "AND cancel_requested_at IS NOT NULL AND saga_phase = "
+                       "'FORWARD' THEN 0 ELSE ?4 END WHERE id = ?1 AND "
                        "executor = ?2 AND epoch = ?3 AND status = 'PENDING'");
     st.bind(1, run_id).bind(2, owner.executor).bind(3, owner.epoch);
     if (wake_at_ms)
@@ -516,12 +519,13 @@ std::vector<cancelled_run> sqlite_store::cancel_run(std::string_view run_id,
     // One statement per effect (SQLite has no data-modifying CTEs); the
     // tree is read once, before either changes it.
     std::vector<std::pair<std::string, std::string>> tree;
+    // None below a compensating saga: those are its compensations' calls.
     auto& sel = prepare(
-      "WITH RECURSIVE tree(id) AS (SELECT id FROM runs WHERE id = ?1 AND "
-      "status = 'PENDING' UNION SELECT r.id FROM runs r JOIN tree t ON "
-      "r.parent_id = t.id WHERE r.status = 'PENDING') SELECT r.id, "
-      "COALESCE(r.saga_phase, '') FROM runs r WHERE r.id IN (SELECT id FROM "
-      "tree)");
+      "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM runs "
+      "WHERE id = ?1 AND status = 'PENDING' UNION SELECT r.id, r.saga_phase "
+      "FROM runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
+      "'PENDING' AND t.phase IS NOT 'COMPENSATING') SELECT id, "
+      "COALESCE(phase, '') FROM tree");
     sel.bind(1, run_id);
     while (sel.step())
       tree.emplace_back(sel.text(0), sel.text(1));
@@ -529,7 +533,7 @@ std::vector<cancelled_run> sqlite_store::cancel_run(std::string_view run_id,
     std::vector<cancelled_run> runs;
     bool ended_it = false;
     for (auto& [id, phase] : tree) {
-      if (phase.empty()) {
+      if (phase.empty() || phase == saga_phase::done) { // ends as any run
         prepare("UPDATE runs SET status = 'CANCELLED', error = 'cancelled', "
                 "wake_at = NULL, updated_at = ?2 WHERE id = ?1")
           .bind(1, id)
@@ -670,6 +674,21 @@ std::vector<std::string> sqlite_store::awake_runs(std::string_view executor) {
   return with_retry([&] {
     auto& st = prepare("SELECT id FROM runs WHERE executor = ?1 AND status = "
                        "'PENDING' AND wake_at = 0");
+    st.bind(1, executor);
+    std::vector<std::string> ids;
+    while (st.step())
+      ids.push_back(st.text(0));
+    st.reset();
+    return ids;
+  });
+}
+
+std::vector<std::string>
+sqlite_store::signalled_sagas(std::string_view executor) {
+  return with_retry([&] {
+    auto& st = prepare("SELECT id FROM runs WHERE executor = ?1 AND status = "
+                       "'PENDING' AND saga_phase = 'FORWARD' AND "
+                       "cancel_requested_at IS NOT NULL");
     st.bind(1, executor);
     std::vector<std::string> ids;
     while (st.step())

@@ -134,6 +134,11 @@ public:
   /// `compensation` takes the action's result (nothing for a void action)
   /// and is likewise plain or a task.
   ///
+  /// Compensations run after the saga's body has ended: its locals are
+  /// gone by then. A compensation gets the step's result; anything else of
+  /// the body it needs it captures by value (references to what outlives
+  /// the body -- the workflow's own locals and inputs -- are fine).
+  ///
   /// As for `workflow_context::step` (GCC 12): a lambda written inside the
   /// `co_await` must capture by reference only; one that captures by value
   /// (a compensation keeping a loop's name, say) is named first.
@@ -142,6 +147,7 @@ public:
             retry_policy policy = {}) {
     perdure::detail::check_step_callable<Action>();
     perdure::detail::check_step_callable<Compensation>();
+    refuse_while_compensating(name);
     using returned = std::invoke_result_t<std::decay_t<Action>&>;
     if constexpr (detail::is_task<returned>::value)
       return task_step<typename detail::task_value<returned>::type>(
@@ -165,6 +171,7 @@ public:
                    Compensation&& compensation, retry_policy policy = {}) {
     perdure::detail::check_step_callable<Action>();
     perdure::detail::check_step_callable<Compensation>();
+    refuse_while_compensating(name);
     using R = std::invoke_result_t<std::decay_t<Action>&, sql_session&>;
     return transaction_step<R>(
       std::move(name), std::decay_t<Action>{std::forward<Action>(action)},
@@ -180,6 +187,7 @@ public:
   template <class R>
   task<std::vector<R>> all(std::string name, std::vector<member<R>> members,
                            retry_policy policy = {}) {
+    refuse_while_compensating(name);
     auto body = [&members, policy] {
       std::vector<std::future<std::pair<std::optional<R>, std::string>>> runs;
       for (auto& m : members)
@@ -221,6 +229,7 @@ public:
   task<void> compensate(std::exception_ptr cause) {
     compensation_report report;
     report.cause = detail::describe(cause);
+    compensating_ = true;
     co_await ctx_->enter_saga_phase(persistence::saga_phase::compensating);
     for (auto i = stack_.size(); i-- > 0;) {
       auto& undo = stack_[i];
@@ -301,17 +310,27 @@ private:
     }
   }
 
+  /// A task step (calls to objects, children) is not interrupted by a
+  /// cancellation: what it started would be left undone, with no
+  /// compensation known for it. It finishes; the next operation observes.
   template <class R, class Action, class Compensation>
   task<R> task_step(std::string name, Action action, Compensation comp) {
     if constexpr (std::is_void_v<R>) {
-      auto running = action();
-      co_await std::move(running);
+      {
+        auto shield = ctx_->shield_cancellation();
+        auto running = action();
+        co_await std::move(running);
+      }
       bind(name, std::move(comp));
     } else {
-      auto running = action();
-      auto result = co_await std::move(running);
-      bind(name, std::move(comp), result);
-      co_return result;
+      std::optional<R> result;
+      {
+        auto shield = ctx_->shield_cancellation();
+        auto running = action();
+        result = co_await std::move(running);
+      }
+      bind(name, std::move(comp), *result);
+      co_return std::move(*result);
     }
   }
 
@@ -374,9 +393,19 @@ private:
     }
   }
 
+  /// A compensation asking for a forward step: refused (the stack is
+  /// being undone, not grown).
+  void refuse_while_compensating(const std::string& name) const {
+    if (compensating_)
+      throw terminal_error("saga '" + ctx_->workflow_id()
+                           + "' is compensating: forward steps are refused ('"
+                           + name + "')");
+  }
+
   workflow_context* ctx_;
   saga_options opts_;
   std::vector<undo_entry> stack_;
+  bool compensating_ = false;
 };
 
 /// Runs `body(saga&)` as a saga in the workflow run of `ctx` and returns

@@ -120,6 +120,10 @@ std::vector<migration> sqlite_migrations() {
      {
        "ALTER TABLE runs ADD COLUMN saga_phase TEXT",
        "ALTER TABLE runs ADD COLUMN cancel_requested_at INTEGER",
+       // The sweep's look for signals it may have missed: few rows.
+       "CREATE INDEX runs_cancel_signalled ON runs (executor) WHERE "
+       "cancel_requested_at IS NOT NULL AND saga_phase = 'FORWARD' AND "
+       "status = 'PENDING'",
      }},
   };
 }
@@ -256,6 +260,10 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      {
        "ALTER TABLE " + s + "runs ADD COLUMN saga_phase TEXT",
        "ALTER TABLE " + s + "runs ADD COLUMN cancel_requested_at BIGINT",
+       // The sweep's look for signals it may have missed: few rows.
+       "CREATE INDEX runs_cancel_signalled ON " + s
+         + "runs (executor) WHERE cancel_requested_at IS NOT NULL AND "
+           "saga_phase = 'FORWARD' AND status = 'PENDING'",
      }},
   };
 }
