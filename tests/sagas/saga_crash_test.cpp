@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -45,18 +46,30 @@ protected:
 } // namespace
 
 TEST_F(saga_crash_test, sigkilled_sagas_run_each_step_and_compensation_exactly_once) {
+  // Each kill lands after a random share of the work more is done: in the
+  // middle of the sagas, on any store's speed.
+  constexpr int total_effects = sagas / 5 * (4 + 0 + 2 + 4 + 6);
   std::mt19937 rng{std::random_device{}()};
-  std::uniform_int_distribution<int> delay_ms{30, 300};
+  std::uniform_int_distribution<int> more{total_effects / 12, total_effects / 6};
   constexpr int kills = 4;
   int interrupted = 0;
+  int target = 0;
+  auto effects = [&] {
+    return std::stoi(sql_->scalar("SELECT COUNT(*) FROM " + sql_->table("effects")));
+  };
   for (int k = 0; k < kills; ++k) {
     auto w = worker();
     ASSERT_TRUE(w.wait_for("READY", 60s)) << w.output();
-    std::this_thread::sleep_for(std::chrono::milliseconds{delay_ms(rng)});
+    target += more(rng);
+    auto until = std::chrono::steady_clock::now() + 60s;
+    while (effects() < target && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(2ms);
     w.sigkill();
-    interrupted += sql_->scalar("SELECT COUNT(*) FROM " + sql_->table("runs")
-                                + " WHERE status = 'PENDING'")
-                   != "0";
+    auto pending = sql_->scalar("SELECT COUNT(*) FROM " + sql_->table("runs")
+                                + " WHERE status = 'PENDING'");
+    std::cout << "[ measured ] kill " << k << " at " << effects()
+              << " effects: " << pending << " sagas unfinished\n";
+    interrupted += pending != "0";
   }
   auto last = worker();
   ASSERT_EQ(last.wait_exit(180s), 0) << last.output();

@@ -65,11 +65,11 @@ int main(int argc, char** argv) {
     });
   });
   rt.start();
+  std::cout << "READY" << std::endl; // a kill may land among the starts too
   std::vector<workflow_handle<int>> started;
   for (int n = 0; n < sagas; ++n)
     started.push_back(
       rt.start_workflow<int>("four", n % 5, {.id = "s" + std::to_string(n)}));
-  std::cout << "READY" << std::endl;
   int compensated = 0, succeeded = 0;
   for (auto& h : started) {
     try {
