@@ -88,6 +88,10 @@ public:
   /// limit or cursor.
   run_page list_runs(const run_filter& filter = {});
 
+  /// Returns what run `id` recorded, in journal order (see `step_record`).
+  /// Throws `not_found` for an unknown id.
+  std::vector<step_record> history(const std::string& id);
+
   // -- virtual objects --------------------------------------------------------
 
   /// Stores a call of handler `handler` of object `key` of type `type` with

@@ -1178,6 +1178,34 @@ run_page client::list_runs(const run_filter& filter) {
     [&](persistence::store& db) { return db.list_runs(filter); });
 }
 
+std::vector<step_record> client::history(const std::string& id) {
+  detail::runtime_impl::client_call call{*impl_};
+  auto [run, journal] = impl_->stores->with([&](persistence::store& db) {
+    return std::make_pair(db.get_run(id), db.load_journals({id}));
+  });
+  if (!run)
+    throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  std::vector<step_record> steps;
+  for (auto& e : journal) {
+    step_record s;
+    s.seq = e.seq;
+    s.kind = persistence::to_string(e.kind);
+    s.name = std::move(e.name);
+    switch (e.outcome) {
+      case persistence::outcome::value: s.outcome = "value"; break;
+      case persistence::outcome::failed: s.outcome = "failed"; break;
+      case persistence::outcome::terminal: s.outcome = "terminal"; break;
+      default: s.outcome = "unreadable"; break;
+    }
+    s.payload = std::move(e.payload);
+    s.error = std::move(e.error);
+    s.at = std::chrono::system_clock::time_point{
+      std::chrono::milliseconds{e.created_at_ms}};
+    steps.push_back(std::move(s));
+  }
+  return steps;
+}
+
 // -- runtime --------------------------------------------------------------------
 
 runtime::runtime(config cfg) : client(runtime_mode{}, std::move(cfg)) {

@@ -354,6 +354,20 @@ public:
     return {*core_, std::move(op)};
   }
 
+  /// Starts the undo of saga run `child_id`, a completed child of this run
+  /// running workflow `workflow`: a run that replays the child's journal up
+  /// to its end and then compensates it (it ends COMPENSATED when all its
+  /// compensations succeeded). For `sagas::saga`.
+  template <class R>
+  detail::child_start<R> start_undo(const std::string& child_id,
+                                    const std::string& workflow) {
+    auto op = next_operation(persistence::entry_kind::child, "child", {});
+    op.child_workflow = workflow;
+    op.undo_of = child_id;
+    op.name = child_id + ".undo";
+    return {*core_, std::move(op)};
+  }
+
   /// While the returned guard lives, this saga does not observe a
   /// cancellation (`sagas::saga` holds one over a task step, so the step
   /// finishes and its compensation is known). For `sagas::saga`.

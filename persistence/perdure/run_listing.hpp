@@ -42,6 +42,23 @@ struct run_info {
   std::optional<std::string> parent_id;
 };
 
+/// One durable operation of a run as its journal recorded it (`history`):
+/// for operators, what each step did and, for a saga, what was undone
+/// (its compensations are steps named `undo:<step>`).
+struct step_record {
+  /// The journal index.
+  std::int32_t seq = 0;
+  /// `step`, `transaction`, `sleep`, `await`, `child`, `phase`, ...
+  std::string kind;
+  std::string name;
+  /// `value`, or how it failed: `failed` (after its retries), `terminal`.
+  std::string outcome;
+  /// The recorded result (JSON unless the binary encoding was chosen).
+  std::string payload;
+  std::string error;
+  std::chrono::system_clock::time_point at;
+};
+
 /// One page of runs, newest first.
 struct run_page {
   std::vector<run_info> runs;

@@ -598,3 +598,53 @@ TEST_F(saga_test, a_compensation_cannot_start_forward_steps) {
 }
 
 } // namespace
+
+namespace {
+
+TEST_F(saga_test, a_completed_child_saga_is_undone_as_one_step_of_its_parent) {
+  runtime rt{cfg()};
+  rt.register_workflow("kid_ok", [&](workflow_context& ctx, int) -> task<int> {
+    co_return co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
+      co_await s.step("k1", [&] { log_.add("k1"); }, [&] { log_.add("undo k1"); });
+      auto got = co_await s.step("k2", [&] { log_.add("k2"); return 2; },
+                                 [&](const int& n) {
+                                   log_.add("undo k2=" + std::to_string(n));
+                                 });
+      co_return 5 + got;
+    });
+  });
+  rt.register_workflow("outer", [&](workflow_context& ctx) -> task<int> {
+    co_return co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
+      co_await s.step("p1", [&] { log_.add("p1"); }, [&] { log_.add("undo p1"); });
+      auto kid = co_await s.child<int>("kid", "kid_ok", 0);
+      log_.add("kid returned " + std::to_string(kid));
+      co_await s.step("p2", [] { throw terminal_error("p2 failed"); }, [] {});
+      co_return 0;
+    });
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("outer");
+  try {
+    h.get(20s);
+    FAIL() << "the saga succeeded";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::compensated) << ex.what();
+  }
+  EXPECT_EQ(log_.lines(),
+            (std::vector<std::string>{"p1", "k1", "k2", "kid returned 7",
+                                      "undo k2=2", "undo k1", "undo p1"}));
+  // The child succeeded; its undo, a run of its own, ended COMPENSATED.
+  EXPECT_EQ(rt.retrieve_workflow<int>(h.id() + ".kid").status(),
+            run_status::success);
+  EXPECT_EQ(rt.retrieve_workflow<int>(h.id() + ".kid.undo").status(),
+            run_status::compensated);
+  // Operators read what each step did and what was undone.
+  std::vector<std::string> names;
+  for (auto& step : rt.history(h.id() + ".kid.undo"))
+    names.push_back(step.kind + ":" + step.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "step:undo:k2"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "step:undo:k1"), names.end());
+  EXPECT_THROW(rt.history("no-such-run"), perdure::error);
+}
+
+} // namespace

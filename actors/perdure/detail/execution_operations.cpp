@@ -157,17 +157,22 @@ void execution::start_child() {
   // The chain of held keys goes on through child workflows (a handler
   // waiting for a child that calls it back would wait for itself).
   child.call_chain = callee_chain(true);
+  child.undo_of = op->undo_of;
+  auto undo = !child.undo_of.empty();
   auto me = mailbox_;
   rt->control->post([me, seq = op->seq, child = std::move(child), rt = rt,
-                     fence = owner()]() mutable {
+                     fence = owner(), undo]() mutable {
     if (rt->workflows.count(child.name) == 0)
       return send_outcome(me, seq, persistence::outcome::terminal, {},
                           "no workflow registered as '" + child.name + "'",
                           false);
     create_child_run(
       *rt, me, seq, fence, std::move(child),
-      [rt](persistence::run_record& created) {
-        rt->spawn_run(std::move(created), {});
+      [rt, undo](persistence::run_record& created) {
+        if (undo)
+          rt->revive(created.id); // with the journal it was given
+        else
+          rt->spawn_run(std::move(created), {});
       },
       [rt](const persistence::run_record& again) {
         rt->revive(again.id); // ours from before a crash: make sure it runs

@@ -87,6 +87,9 @@ struct operation {
   std::string object_type;
   std::string object_key;
   bool awaited = false;
+  /// A child that undoes completed saga run `undo_of` (see
+  /// `run_record::undo_of`).
+  std::string undo_of;
   /// What a `send` or `resolve` delivers (shared: retries reuse it).
   std::shared_ptr<const persistence::delivery> delivery;
 };

@@ -114,6 +114,9 @@ constexpr const char* run_columns
 /// How many columns `run_columns` names.
 constexpr int run_column_count = 18;
 
+/// Returns `run_columns` qualified by table alias `t` (defined below).
+std::string qualified_run_columns(const std::string& t);
+
 /// Reads the run columns starting at column `first`.
 run_record read_run(const pqxx::row& all, int first = 0) {
   auto row = [&](int i) { return all[first + i]; };
@@ -427,6 +430,23 @@ void postgres_store::connect() {
              "SELECT id FROM " + s
                + "runs WHERE executor = $1 AND status = 'PENDING' AND wake_at "
                  "= 0");
+  // A completed saga's undo: its journal up to its DONE phase, its inputs,
+  // and a cancellation to observe there.
+  c->prepare("copy_journal_for_undo",
+             "INSERT INTO " + s
+               + "journal (run_id, seq, kind, name, outcome, payload, error, "
+                 "created_at) SELECT $1, seq, kind, name, outcome, payload, "
+                 "error, created_at FROM "
+               + s + "journal WHERE run_id = $2 AND seq < COALESCE((SELECT "
+                     "min(seq) FROM "
+               + s
+               + "journal WHERE run_id = $2 AND kind = 'phase' AND payload = "
+                 "convert_to('DONE', 'UTF8')), 2147483647)");
+  c->prepare("request_undo",
+             "UPDATE " + s + "runs u SET inputs = o.inputs, saga_phase = "
+               "'FORWARD', cancel_requested_at = $3 FROM " + s
+               + "runs o WHERE u.id = $1 AND o.id = $2 RETURNING "
+               + qualified_run_columns("u"));
   c->prepare("signalled_sagas",
              "SELECT id FROM " + s
                + "runs WHERE executor = $1 AND status = 'PENDING' AND "
@@ -661,7 +681,16 @@ postgres_store::create_child(const fence& parent, const run_record& child) {
       throw pqxx::serialization_failure("run row not yet visible");
     create_result result;
     result.created = res[0][0].as<bool>();
-    result.run = read_run(res[0], 1);
+    if (result.created && !child.undo_of.empty()) {
+      w.exec_prepared("copy_journal_for_undo", child.id, child.undo_of);
+      auto set = w.exec_prepared("request_undo", child.id, child.undo_of,
+                                 child.created_at_ms);
+      if (set.empty())
+        return std::nullopt; // no such saga: rolls back (never: fenced)
+      result.run = read_run(set[0]);
+    } else {
+      result.run = read_run(res[0], 1);
+    }
     w.commit();
     return result;
   });

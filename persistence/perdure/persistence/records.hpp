@@ -116,6 +116,10 @@ struct run_record {
   /// Whether the run was asked to cancel: a saga observes it at its next
   /// durable operation, or at once while it waits.
   bool cancel_requested = false;
+  /// Creation only (`create_child`), never stored: the run undoes saga run
+  /// `undo_of`, which completed. It takes that run's inputs and its journal
+  /// up to its DONE phase, asked to cancel: it replays, then compensates.
+  std::string undo_of;
 };
 
 /// The phases of a saga run, as stored in `runs.saga_phase`.

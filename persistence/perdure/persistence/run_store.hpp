@@ -23,7 +23,9 @@ public:
   /// Creates `child`, a run started by run `child.parent_id` (owned by
   /// `parent`), in one transaction with the parent's fence check: a process
   /// that lost the parent creates nothing. Returns nothing if fenced, else
-  /// what `create_run` returns.
+  /// what `create_run` returns. With `child.undo_of`, the new run is that
+  /// saga's undo (see `run_record::undo_of`), set up in the same
+  /// transaction.
   virtual std::optional<create_result> create_child(const fence& parent,
                                                     const run_record& child)
     = 0;

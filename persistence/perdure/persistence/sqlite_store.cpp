@@ -468,6 +468,26 @@ sqlite_store::create_child(const fence& parent, const run_record& child) {
       return std::nullopt; // nothing written
     create_result result;
     result.created = insert_run(child);
+    if (result.created && !child.undo_of.empty()) {
+      // A completed saga's undo: its journal up to its DONE phase, its
+      // inputs, and a cancellation to observe there.
+      prepare("INSERT INTO journal (run_id, seq, kind, name, outcome, "
+              "payload, error, created_at) SELECT ?1, seq, kind, name, "
+              "outcome, payload, error, created_at FROM journal WHERE run_id "
+              "= ?2 AND seq < COALESCE((SELECT min(seq) FROM journal WHERE "
+              "run_id = ?2 AND kind = 'phase' AND CAST(payload AS TEXT) = "
+              "'DONE'), 2147483647)")
+        .bind(1, child.id)
+        .bind(2, child.undo_of)
+        .run();
+      prepare("UPDATE runs SET inputs = (SELECT inputs FROM runs WHERE id = "
+              "?2), saga_phase = 'FORWARD', cancel_requested_at = ?3 WHERE id "
+              "= ?1")
+        .bind(1, child.id)
+        .bind(2, child.undo_of)
+        .bind(3, child.created_at_ms)
+        .run();
+    }
     result.run = read_run_row(child.id);
     return result;
   });

@@ -179,6 +179,25 @@ public:
       policy);
   }
 
+  /// Runs workflow `workflow`, itself a saga (`run`), with `input` as child
+  /// step `name` and returns its result. If this saga compensates later,
+  /// the child is undone as one step: a run replays the child's journal and
+  /// compensates its completed steps in reverse (the compensation fails
+  /// unless that run ends COMPENSATED).
+  template <class R, class A>
+  task<R> child(std::string name, std::string workflow, A input) {
+    refuse_while_compensating(name);
+    auto id = ctx_->workflow_id() + "." + name;
+    std::optional<R> result;
+    {
+      auto shield = ctx_->shield_cancellation();
+      auto started = co_await ctx_->start_child<R>(workflow, input, id);
+      result = co_await started;
+    }
+    push_task(name, [this, id, workflow] { return undo_child(id, workflow); });
+    co_return std::move(*result);
+  }
+
   /// Runs `members` at once, as one durable step named `name` (each on a
   /// thread of its own, retried under `policy`), and waits for all of them.
   /// Every member that completed is remembered for compensation; if any
@@ -371,6 +390,22 @@ private:
                        std::chrono::duration_cast<std::chrono::milliseconds>(
                          delay * p.backoff));
     }
+  }
+
+  /// Undoes completed child saga `id` (see `child`).
+  task<void> undo_child(std::string id, std::string workflow) {
+    auto undo = co_await ctx_->start_undo<int>(id, workflow);
+    std::string error;
+    try {
+      co_await undo;
+    } catch (const terminal_error& ex) {
+      error = ex.what();
+    }
+    // It ends COMPENSATED (an error, by design) when everything was undone.
+    if (error.find(" ended COMPENSATED:") == std::string::npos)
+      throw terminal_error(error.empty()
+                             ? "the undo of '" + id + "' undid nothing"
+                             : error);
   }
 
   template <class R>
