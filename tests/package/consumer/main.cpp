@@ -5,6 +5,7 @@
 #include <string>
 
 #include <perdure/perdure.hpp>
+#include <perdure/sagas/saga.hpp>
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -16,9 +17,16 @@ int main(int argc, char** argv) {
                                    std::string who) -> perdure::task<std::string> {
     co_return co_await ctx.step("greet", [&] { return "hello, " + who; });
   });
+  rt.register_workflow("undo", [](perdure::workflow_context& ctx) -> perdure::task<int> {
+    co_return co_await perdure::sagas::run<int>(
+      ctx, [](perdure::sagas::saga& s) -> perdure::task<int> {
+        co_return co_await s.step("one", [] { return 1; }, [](const int&) {});
+      });
+  });
   rt.start();
   auto out = rt.start_workflow<std::string>("greet", std::string{"package"})
                .get(std::chrono::seconds{10});
+  auto saga = rt.start_workflow<int>("undo").get(std::chrono::seconds{10});
   std::cout << out << " (perdure " << perdure::version << ")\n";
-  return out == "hello, package" ? 0 : 1;
+  return out == "hello, package" && saga == 1 ? 0 : 1;
 }
