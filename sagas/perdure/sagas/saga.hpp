@@ -298,20 +298,23 @@ private:
     stack_.push_back({std::move(name), {}, std::move(undo), {}});
   }
 
+  void push_transaction(std::string name,
+                        std::function<void(sql_session&)> undo) {
+    stack_.push_back({std::move(name), {}, {}, std::move(undo)});
+  }
+
   template <class R, class Action, class Compensation>
   task<R> transaction_step(std::string name, Action action, Compensation comp,
                            retry_policy policy) {
     if constexpr (std::is_void_v<R>) {
       co_await ctx_->transaction(name, action, policy);
-      stack_.push_back({name, {}, {}, [comp = std::move(comp)](sql_session& s) mutable {
-                          comp(s);
-                        }});
+      push_transaction(name, [comp = std::move(comp)](sql_session& s) mutable {
+        comp(s);
+      });
     } else {
       auto result = co_await ctx_->transaction(name, action, policy);
-      stack_.push_back(
-        {name, {}, {}, [comp = std::move(comp), result](sql_session& s) mutable {
-           comp(s, result);
-         }});
+      push_transaction(name, [comp = std::move(comp), result](
+                               sql_session& s) mutable { comp(s, result); });
       co_return result;
     }
   }
