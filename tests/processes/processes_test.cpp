@@ -396,7 +396,7 @@ TEST_F(processes_test, a_process_stalled_inside_a_transaction_loses_its_runs) {
                  "in transaction' AND datname = current_database()")
            > 0;
   }, 10s)) << "the worker never entered the transaction";
-  stalled->signal(SIGSTOP);
+  ASSERT_TRUE(stalled->stop());
   auto stopped = std::chrono::steady_clock::now();
   auto tx_rows = sql_->table("tx_rows");
   runtime live{db_.runtime_config("live")};
@@ -432,7 +432,7 @@ TEST_F(processes_test, a_stalled_process_is_fenced_and_records_nothing_after) {
   ASSERT_TRUE(test::eventually([&] {
     return count("SELECT COUNT(*) FROM " + sql_->table("step_log")) >= 10;
   }, 10s));
-  stalled->signal(SIGSTOP);
+  ASSERT_TRUE(stalled->stop());
   auto stopped_at = wall_ms();
   runtime live{db_.runtime_config("live")};
   register_job(live);

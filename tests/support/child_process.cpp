@@ -79,6 +79,20 @@ void child_process::signal(int sig) {
     kill(pid_, sig);
 }
 
+bool child_process::stop(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0 || kill(pid_, SIGSTOP) != 0)
+    return false;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    // WUNTRACED reports the stop once the whole group has stopped.
+    if (waitpid(pid_, &status, WNOHANG | WUNTRACED) == pid_)
+      return WIFSTOPPED(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 int child_process::wait_exit(std::chrono::seconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {

@@ -31,6 +31,10 @@ public:
   /// Sends `signal` (SIGSTOP, SIGCONT, ...).
   void signal(int signal);
 
+  /// SIGSTOP, returning once every thread of it has stopped: `kill` only
+  /// queues the signal, and a running thread may go on for a moment.
+  bool stop(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
   /// Waits for a normal exit; returns the exit code (-1 on timeout/signal).
   /// A child printing more than a pipe holds (64 KiB) meanwhile blocks:
   /// `wait_for` its last word instead.
