@@ -7,6 +7,7 @@ include(CMakePackageConfigHelpers)
 set(PERDURE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/perdure)
 
 install(TARGETS perdure_persistence perdure_actors perdure perdure_sagas
+                perdure_queues
         EXPORT perdureTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -14,6 +15,7 @@ install(TARGETS perdure_persistence perdure_actors perdure perdure_sagas
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/persistence/perdure
                   ${PROJECT_SOURCE_DIR}/actors/perdure
                   ${PROJECT_SOURCE_DIR}/sagas/perdure
+                  ${PROJECT_SOURCE_DIR}/queues/perdure
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp")
 install(FILES ${PROJECT_BINARY_DIR}/generated/perdure/version.hpp

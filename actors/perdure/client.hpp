@@ -14,6 +14,10 @@
 
 namespace perdure {
 
+namespace detail {
+struct client_access;
+} // namespace detail
+
 /// Options for starting a workflow.
 struct start_options {
   /// The workflow id, which is also its idempotency key: starting again with
@@ -229,6 +233,8 @@ public:
   const config& cfg() const noexcept;
 
 protected:
+  friend struct detail::client_access;
+
   struct runtime_mode {};
 
   /// A runtime's: not started, not connected.

@@ -275,6 +275,8 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     opts, [this](const std::string& notice) { on_notice(notice); });
   recover();
   objects->recover(true);
+  if (queues)
+    queues->start();
   housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},
                                           [this] { housekeeping(); });
 }
@@ -307,6 +309,10 @@ void runtime_impl::on_notice(const std::string& notice) {
   } else if (notice.size() > 2 && notice[0] == 'k') {
     // k:<id>: saga <id> was asked to cancel.
     control->post([this, id = notice.substr(2)] { cancel_signalled(id); });
+  } else if (notice.size() > 2 && notice[0] == 'q') {
+    // q:<queue>: items were enqueued (or came back) there.
+    if (queues)
+      queues->notice(notice.substr(2));
   } else if (notice.size() > 2 && notice[0] == 'x') {
     // x:<executor>: it lapsed or stopped; its runs are up for takeover.
     take_over_locked(std::nullopt);
@@ -544,6 +550,8 @@ void runtime_impl::stop() {
 }
 
 void runtime_impl::shut_down() {
+  if (queues)
+    queues->stop(); // claims nothing more
   std::vector<caf::actor> actors;
   {
     std::lock_guard guard{active_mtx_};
@@ -846,10 +854,12 @@ void runtime_impl::spawn_run(persistence::run_record run,
     arm_deadline(run.id, *run.deadline_ms);
   auto id = run.id;
   auto epoch = run.owner.epoch;
-  active_.emplace(std::move(id),
-                  active_run{spawn_run_actor(*system, *this, std::move(run),
-                                             std::move(journal)),
-                             0, epoch});
+  auto queue = run.queue_name;
+  auto actor = spawn_run_actor(*system, *this, std::move(run),
+                               std::move(journal));
+  if (!queue.empty() && queues)
+    queues->holding(queue, id, actor);
+  active_.emplace(std::move(id), active_run{std::move(actor), 0, epoch});
   forget_caf_logger();
 }
 
@@ -953,6 +963,7 @@ void runtime_impl::fenced_from(const std::string& id, std::int64_t epoch) {
     return; // our own newer claim fenced an older copy here
   fenced_.insert(id);
   orphans_.erase(id);
+  queue_item_released(id);
 }
 
 bool runtime_impl::owns(const std::string& id, std::int64_t epoch) const {
@@ -974,6 +985,8 @@ void runtime_impl::run_stopped(const std::string& id,
     if (i != active_.end() && (epoch < 0 || i->second.epoch == epoch))
       active_.erase(i);
   }
+  if (outcome)
+    queue_item_released(id);
   tell_watchers(id, std::move(outcome));
 }
 
@@ -1141,6 +1154,9 @@ void throw_run_failure(const std::string& id, const run_outcome& outcome) {
     case run_status::compensation_failed:
       throw error(errc::compensation_failed,
                   "saga '" + id + "' could not undo everything: " + reason);
+    case run_status::dead_letter:
+      throw error(errc::dead_letter,
+                  "queue item '" + id + "' was dead-lettered: " + reason);
     default:
       throw error(errc::workflow_failed,
                   "workflow '" + id + "' failed: " + reason);

@@ -25,6 +25,7 @@ const char* to_string(errc code) noexcept {
     case errc::executor_in_use: return "executor_in_use";
     case errc::compensated: return "compensated";
     case errc::compensation_failed: return "compensation_failed";
+    case errc::dead_letter: return "dead_letter";
   }
   return "unknown";
 }

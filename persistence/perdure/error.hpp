@@ -56,6 +56,9 @@ enum class errc : std::uint8_t {
   /// The run, a saga, ended COMPENSATION_FAILED: the message reports what
   /// could not be undone.
   compensation_failed,
+  /// The run, a queue item, ended DEAD_LETTER: its attempts failed. The
+  /// message carries the last error; `queues::requeue` runs it again.
+  dead_letter,
 };
 
 /// Returns the stable name of `code`, e.g. `"conflicting_id"`.

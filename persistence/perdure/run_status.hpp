@@ -23,6 +23,9 @@ enum class run_status : std::uint8_t {
   /// A saga some of whose compensations failed past their limit; the error
   /// is the report of what could not be undone.
   compensation_failed,
+  /// A queue item whose attempts all failed (or that failed terminally):
+  /// out of its queue's way, listed with its error, re-enqueued on demand.
+  dead_letter,
 };
 
 /// Returns the stored spelling, e.g. `"PENDING"`.

@@ -58,6 +58,12 @@ public:
   /// Returns "postgresql" or "sqlite", for SQL that differs between them.
   virtual const char* dialect() const noexcept = 0;
 
+  /// Returns the PostgreSQL schema of Perdure's own tables (empty on
+  /// SQLite), for Perdure's rows written in this transaction.
+  virtual std::string perdure_schema() const {
+    return {};
+  }
+
 private:
   template <class T>
   static sql_param to_param(T&& x) {

@@ -7,6 +7,7 @@
 #include "perdure/final_status_error.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 #include "perdure/persistence/text.hpp"
+#include "perdure/terminal_error.hpp"
 
 namespace perdure::detail {
 
@@ -190,6 +191,14 @@ void execution::init(execution_host& host, mailbox box, runtime_impl& r,
   if (!run.call_chain.empty())
     call_chain = std::make_unique<std::string>(std::move(run.call_chain));
   cancel_requested_ = run.cancel_requested;
+  steps_ = rt->steps.get();
+  if (!run.queue_name.empty()) {
+    if (rt->queues)
+      if (auto* pool = rt->queues->steps_for(run.queue_name))
+        steps_ = pool;
+    item_ = std::make_unique<queue_item>(
+      queue_item{std::move(run.queue_name), run.attempts});
+  }
   pending_start = std::make_unique<start_info>(
     start_info{std::move(run.name), std::move(run.inputs)});
   encoding_ = rt->cfg.payload_encoding;
@@ -447,6 +456,7 @@ void execution::after_resume() {
 }
 
 void execution::finish() {
+  auto terminal = false;
   persistence::completion_write c;
   c.run_id = run_id_;
   c.owner = owner();
@@ -472,6 +482,10 @@ void execution::finish() {
     } catch (const cancelled_error& ex) {
       c.status = run_status::cancelled;
       c.error = persistence::valid_text(ex.what());
+    } catch (const terminal_error& ex) {
+      c.status = run_status::error;
+      c.error = persistence::valid_text(ex.what());
+      terminal = true;
     } catch (const std::exception& ex) {
       c.status = run_status::error;
       c.error = persistence::valid_text(ex.what());
@@ -481,6 +495,17 @@ void execution::finish() {
     }
   }
   driver.reset();
+  if (item_ && c.status == run_status::error && !abandoned) {
+    // A queue item's failed attempt: back to its queue, or dead-lettered.
+    auto again = rt->queues ? rt->queues->retry_at(item_->queue,
+                                                   item_->attempts, terminal)
+                            : std::nullopt;
+    if (again) {
+      requeue(*again, *c.error);
+      return;
+    }
+    c.status = run_status::dead_letter;
+  }
   final_outcome = std::make_unique<run_outcome>(
     run_outcome{c.status, c.output, c.error});
   auto me = mailbox_;
@@ -491,7 +516,37 @@ void execution::finish() {
                      });
 }
 
+void execution::requeue(std::int64_t not_before_ms, std::string error) {
+  requeued_ = true;
+  auto me = mailbox_;
+  rt->control->post([me, rt = rt, id = run_id_, fence = owner(),
+                     not_before_ms, error = std::move(error)] {
+    auto ack = persistence::write_ack::failed;
+    try {
+      auto done = rt->stores->with([&](persistence::store& db) {
+        return db.retry_item(fence, id, not_before_ms, error,
+                             detail::now_ms());
+      });
+      ack = done ? persistence::write_ack::committed
+                 : persistence::write_ack::rejected;
+    } catch (const std::exception& ex) {
+      rt->log().warn("perdure: queue item {} could not go back to its queue "
+                     "({}); it is tried again here",
+                     id, ex.what());
+    }
+    send_signal(me, run_signal::ended, static_cast<std::int32_t>(ack));
+  });
+}
+
 void execution::on_ended(std::int32_t ack) {
+  if (requeued_) {
+    // Back in its queue: not an end; a waiting handle goes on waiting.
+    if (write_committed(ack, "its return to its queue")) {
+      rt->queue_item_released(run_id_);
+      stop(std::nullopt);
+    }
+    return;
+  }
   if (write_committed(ack, "its final status")) {
     ended_ = true;
     stop(*final_outcome);

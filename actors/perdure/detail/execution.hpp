@@ -93,6 +93,7 @@ public:
 };
 
 class execution;
+class step_executor;
 
 /// One attempt of a plain step, run on a step thread.
 struct step_job {
@@ -158,6 +159,10 @@ private:
   /// Ends the host, or, on a step thread, has it end on its next turn.
   void quit_host();
 
+  /// Sends this failed attempt of a queue item back to its queue, to be
+  /// claimed again from `not_before_ms` on.
+  void requeue(std::int64_t not_before_ms, std::string error);
+
   /// Returns after how long a wait the run leaves memory (ms).
   std::int64_t passivate_after_ms() const;
 
@@ -175,6 +180,18 @@ private:
   /// in the config, not per run).
   std::int64_t epoch = 0;
   std::unique_ptr<std::string> parent_id; // null: none
+  /// Where its plain steps and transactions run: its queue's worker pool,
+  /// or the runtime's step threads.
+  step_executor* steps_ = nullptr;
+  /// A queue item's queue and the attempt this is (null: not an item); a
+  /// failed attempt goes back to its queue (`requeued_`) or to the dead
+  /// letters.
+  struct queue_item {
+    std::string queue;
+    std::int32_t attempts = 0;
+  };
+  std::unique_ptr<queue_item> item_;
+  bool requeued_ = false;
   /// The keys held by the calls this run serves (see
   /// `run_record::call_chain`); null: none.
   std::unique_ptr<std::string> call_chain;

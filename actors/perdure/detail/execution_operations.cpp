@@ -24,13 +24,13 @@ void execution::dispatch() {
     auto last_attempt = attempt >= op->policy.max_attempts;
     step_job job{me,      this,           seq, last_attempt,
                  op->body, owner(), entry_for(seq), rt};
-    if (inline_next_ && !rt->steps->has_queued_jobs()) {
+    if (inline_next_ && !steps_->has_queued_jobs()) {
       // On the step thread that ran the last one, which goes on with it,
       // unless other runs' steps wait for a thread (they go first: FIFO).
       *inline_next_ = std::move(job);
       return;
     }
-    rt->steps->post([job = std::move(job)]() mutable {
+    steps_->post([job = std::move(job)]() mutable {
       run_steps(std::move(job));
     });
     return;
@@ -52,7 +52,7 @@ void execution::dispatch() {
   // control thread: they share the step threads and their connections
   // (concurrent commits share WAL flushes).
   auto own_row = kind == persistence::entry_kind::event;
-  auto& executor = own_row ? *rt->control : *rt->steps;
+  auto& executor = own_row ? *rt->control : *steps_;
   executor.post([me, seq, checkpoint, fence = owner(), body = op->tx_body,
                  is_event, own_row, kind, rt = rt] {
     auto send_failure = [&](persistence::outcome o, const char* what) {

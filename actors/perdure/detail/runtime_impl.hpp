@@ -23,6 +23,7 @@
 #include "perdure/detail/object_actor.hpp"
 #include "perdure/detail/object_directory.hpp"
 #include "perdure/detail/object_entry.hpp"
+#include "perdure/detail/queue_hooks.hpp"
 #include "perdure/detail/step_executor.hpp"
 #include "perdure/detail/ticker.hpp"
 #include "perdure/detail/timer_service.hpp"
@@ -85,6 +86,19 @@ public:
   std::unique_ptr<persistence::delivery_listener> listener;
   /// The keys with an actor here, and how invocations reach theirs.
   std::unique_ptr<object_directory> objects;
+  /// The queues registered here (perdure::queues), if any; set before
+  /// `start()`.
+  std::shared_ptr<queue_hooks> queues;
+
+  /// Tells the queues that item `id` runs here no more.
+  void queue_item_released(const std::string& id) {
+    if (queues)
+      queues->released(id);
+  }
+
+  /// Loads the journals of `runs`, claimed by this process, and spawns
+  /// their actors (passivated ones stay out of memory until due).
+  void bring_in(std::vector<persistence::run_record> runs);
 
   /// Returns where Perdure logs (`config::logger`, else spdlog's default).
   spdlog::logger& log() const {
@@ -288,7 +302,6 @@ private:
   void recover();
   /// Brings claimed `runs` in: passivated ones get their timers, the
   /// others are spawned replaying their journals.
-  void bring_in(std::vector<persistence::run_record> runs);
   void count_left();
   /// `start` once the lease is held; `shut_down` undoes what it did.
   void start_holding_lease(const persistence::store_options& opts);

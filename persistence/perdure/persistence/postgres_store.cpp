@@ -6,9 +6,11 @@
 #include <set>
 #include <unordered_set>
 
+#include "perdure/pqxx_session.hpp"
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/detail/pg_array.hpp"
+#include "perdure/persistence/detail/postgres_rows.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/retry.hpp"
 
@@ -53,42 +55,6 @@ std::vector<bool> created_flags(const std::vector<run_record>& runs,
   return created;
 }
 
-/// Runs the user's statements of a transactional step inside our work.
-class postgres_session final : public sql_session {
-public:
-  explicit postgres_session(pqxx::work& w) : w_(w) {
-  }
-
-  sql_rows exec(const std::string& sql,
-                const std::vector<sql_param>& params) override {
-    std::vector<std::optional<std::string>> texts;
-    texts.reserve(params.size());
-    for (auto& p : params)
-      texts.push_back(to_text(p));
-    std::vector<const char*> ptrs;
-    ptrs.reserve(texts.size());
-    for (auto& t : texts)
-      ptrs.push_back(t ? t->c_str() : nullptr);
-    auto res = w_.exec_params(sql, pqxx::prepare::make_dynamic_params(ptrs));
-    sql_rows result;
-    for (const auto& row : res) {
-      auto& out = result.rows.emplace_back();
-      for (const auto& field : row)
-        out.emplace_back(field.is_null() ? std::nullopt
-                                         : std::optional<std::string>{
-                                           field.c_str()});
-    }
-    result.affected = static_cast<std::int64_t>(res.affected_rows());
-    return result;
-  }
-
-  const char* dialect() const noexcept override {
-    return "postgresql";
-  }
-
-private:
-  pqxx::work& w_;
-};
 
 std::string bytes(const pqxx::field& f) {
   return pqxx::binarystring{f}.str();
@@ -109,10 +75,12 @@ std::optional<std::string> opt_text(const pqxx::field& f) {
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id, deadline, call_chain, saga_phase, cancel_requested_at";
+    "parent_id, deadline, call_chain, saga_phase, cancel_requested_at, "
+    "queue_name, priority, partition_key, dedup_id, not_before, started_at, "
+    "attempts";
 
 /// How many columns `run_columns` names.
-constexpr int run_column_count = 18;
+constexpr int run_column_count = 25;
 
 /// Returns `run_columns` qualified by table alias `t` (defined below).
 std::string qualified_run_columns(const std::string& t);
@@ -145,6 +113,15 @@ run_record read_run(const pqxx::row& all, int first = 0) {
   r.call_chain = opt_text(row(15)).value_or(std::string{});
   r.saga_phase = opt_text(row(16)).value_or(std::string{});
   r.cancel_requested = !row(17).is_null();
+  r.queue_name = opt_text(row(18)).value_or(std::string{});
+  r.priority = row(19).as<std::int32_t>();
+  r.partition_key = row(20).as<std::string>();
+  r.dedup_id = opt_text(row(21)).value_or(std::string{});
+  if (!row(22).is_null())
+    r.not_before_ms = row(22).as<std::int64_t>();
+  if (!row(23).is_null())
+    r.started_at_ms = row(23).as<std::int64_t>();
+  r.attempts = row(24).as<std::int32_t>();
   return r;
 }
 
@@ -1215,7 +1192,7 @@ std::optional<journal_entry> postgres_store::transact(
       auto res = w.exec_prepared("get_entry", checkpoint.run_id, checkpoint.seq);
       if (!res.empty())
         return read_entry(res[0]); // rolls back: nothing written
-      postgres_session session{w};
+      pqxx_session session{w, schema_};
       auto e = checkpoint;
       e.payload = body(session);
       w.exec_prepared("insert_entry", e.run_id, e.seq,
@@ -1834,3 +1811,34 @@ std::vector<std::string> postgres_store::list_object_keys(
 }
 
 } // namespace perdure::persistence
+
+namespace perdure::persistence {
+
+void postgres_store::in_work(
+  const std::function<void(pqxx::transaction_base&)>& body) {
+  with_retry([&] {
+    pqxx::work w{*conn_};
+    body(w);
+    w.commit();
+    return 0;
+  });
+}
+
+} // namespace perdure::persistence
+
+namespace perdure::persistence::detail {
+
+std::string pg_run_columns() {
+  return run_columns;
+}
+
+run_record read_pg_run(const pqxx::row& row, int first) {
+  return read_run(row, first);
+}
+
+std::string pg_holds_lease(const std::string& s, const std::string& executor,
+                           const std::string& lease) {
+  return holds_lease(s, executor, lease);
+}
+
+} // namespace perdure::persistence::detail

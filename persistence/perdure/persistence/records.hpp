@@ -120,6 +120,26 @@ struct run_record {
   /// `undo_of`, which completed. It takes that run's inputs and its journal
   /// up to its DONE phase, asked to cancel: it replays, then compensates.
   std::string undo_of;
+  /// Set for a queue item: its queue (empty for any other run). An item
+  /// is ENQUEUED until a runtime claims it within the queue's limits, then
+  /// PENDING like any run.
+  std::string queue_name;
+  /// Claimed lowest first, then oldest first.
+  std::int32_t priority = 0;
+  /// The partition (e.g. a customer) its queue's per-partition limit counts
+  /// it in; empty: the default one.
+  std::string partition_key;
+  /// While an item with this id is queued or running in its queue, another
+  /// enqueue with it returns that item.
+  std::string dedup_id;
+  /// Not claimed before this time (ms since the epoch, the enqueuer's
+  /// clock): a delayed enqueue, or a failed attempt's backoff.
+  std::optional<std::int64_t> not_before_ms;
+  /// When its last claim started it (the database's clock): what the rate
+  /// limit counts.
+  std::optional<std::int64_t> started_at_ms;
+  /// How many times it was claimed (attempts begun).
+  std::int32_t attempts = 0;
 };
 
 /// The phases of a saga run, as stored in `runs.saga_phase`.

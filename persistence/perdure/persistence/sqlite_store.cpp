@@ -10,32 +10,17 @@
 #include <set>
 #include <utility>
 
+#include "perdure/sqlite_session.hpp"
+#include "perdure/sqlite_session.hpp"
 #include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/retry.hpp"
+#include "perdure/persistence/detail/sqlite_statement.hpp"
 
 namespace perdure::persistence {
 
 namespace {
 
-/// A SQLite result code that is not success, as an exception.
-class sqlite_failure : public std::runtime_error {
-public:
-  sqlite_failure(int code, const std::string& what)
-    : std::runtime_error(what), code_(code) {
-  }
-
-  int code() const noexcept {
-    return code_;
-  }
-
-private:
-  int code_;
-};
-
-[[noreturn]] void fail(sqlite3* db, int code, const std::string& context) {
-  throw sqlite_failure(code, context + ": " + sqlite3_errmsg(db));
-}
 
 detail::failure_kind classify(std::exception_ptr ep) {
   try {
@@ -53,200 +38,18 @@ detail::failure_kind classify(std::exception_ptr ep) {
 
 } // namespace
 
-// -- statement ----------------------------------------------------------------
-
-/// A prepared statement, reset after each use.
-class sqlite_store::statement {
-public:
-  statement(sqlite3* db, const std::string& sql) : db_(db) {
-    auto rc = sqlite3_prepare_v3(db, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT,
-                                 &stmt_, nullptr);
-    if (rc != SQLITE_OK)
-      fail(db, rc, "cannot prepare '" + sql + "'");
-  }
-
-  ~statement() {
-    sqlite3_finalize(stmt_);
-  }
-
-  statement& reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-    return *this;
-  }
-
-  statement& bind(int i, std::string_view x) {
-    check(sqlite3_bind_text(stmt_, i, x.data(), static_cast<int>(x.size()),
-                            SQLITE_TRANSIENT));
-    return *this;
-  }
-
-  statement& bind_blob(int i, std::string_view x) {
-    check(sqlite3_bind_blob(stmt_, i, x.data(), static_cast<int>(x.size()),
-                            SQLITE_TRANSIENT));
-    return *this;
-  }
-
-  statement& bind_opt_blob(int i, const std::optional<std::string>& x) {
-    return x ? bind_blob(i, *x) : bind_null(i);
-  }
-
-  statement& bind_opt(int i, const std::optional<std::string>& x) {
-    return x ? bind(i, std::string_view{*x}) : bind_null(i);
-  }
-
-  statement& bind(int i, std::int64_t x) {
-    check(sqlite3_bind_int64(stmt_, i, x));
-    return *this;
-  }
-
-  statement& bind(int i, double x) {
-    check(sqlite3_bind_double(stmt_, i, x));
-    return *this;
-  }
-
-  statement& bind_opt_int(int i, const std::optional<std::int64_t>& x) {
-    return x ? bind(i, *x) : bind_null(i);
-  }
-
-  statement& bind_null(int i) {
-    check(sqlite3_bind_null(stmt_, i));
-    return *this;
-  }
-
-  /// Returns true while there is a row.
-  bool step() {
-    auto rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW)
-      return true;
-    if (rc == SQLITE_DONE)
-      return false;
-    auto code = sqlite3_extended_errcode(db_);
-    std::string msg = sqlite3_errmsg(db_);
-    sqlite3_reset(stmt_);
-    throw sqlite_failure(code, msg);
-  }
-
-  /// Runs a statement that returns no rows.
-  void run() {
-    while (step()) {
-      // drain
-    }
-  }
-
-  std::int64_t int64(int col) {
-    return sqlite3_column_int64(stmt_, col);
-  }
-
-  bool is_null(int col) {
-    return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
-  }
-
-  std::string text(int col) {
-    auto ptr = sqlite3_column_blob(stmt_, col);
-    auto len = sqlite3_column_bytes(stmt_, col);
-    return ptr ? std::string{static_cast<const char*>(ptr),
-                             static_cast<size_t>(len)}
-               : std::string{};
-  }
-
-  std::optional<std::string> opt_text(int col) {
-    if (is_null(col))
-      return std::nullopt;
-    return text(col);
-  }
-
-  int columns() {
-    return sqlite3_column_count(stmt_);
-  }
-
-  sqlite3_stmt* get() {
-    return stmt_;
-  }
-
-private:
-  void check(int rc) {
-    if (rc != SQLITE_OK)
-      fail(db_, rc, "cannot bind parameter");
-  }
-
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-};
 
 // -- user SQL -----------------------------------------------------------------
 
 namespace {
 
-/// Runs the user's statements of a transactional step on our connection.
-class sqlite_session final : public sql_session {
-public:
-  explicit sqlite_session(sqlite3* db) : db_(db) {
-  }
-
-  sql_rows exec(const std::string& sql,
-                const std::vector<sql_param>& params) override {
-    sqlite3_stmt* raw = nullptr;
-    auto rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &raw, nullptr);
-    if (rc != SQLITE_OK)
-      fail(db_, rc, "cannot prepare user statement");
-    std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> stmt{raw,
-                                                               sqlite3_finalize};
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto name = "$" + std::to_string(i + 1);
-      int idx = sqlite3_bind_parameter_index(raw, name.c_str());
-      if (idx == 0)
-        idx = static_cast<int>(i + 1);
-      std::visit(
-        [&](auto& x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, std::nullptr_t>)
-            rc = sqlite3_bind_null(raw, idx);
-          else if constexpr (std::is_same_v<T, std::int64_t>)
-            rc = sqlite3_bind_int64(raw, idx, x);
-          else if constexpr (std::is_same_v<T, double>)
-            rc = sqlite3_bind_double(raw, idx, x);
-          else
-            rc = sqlite3_bind_text(raw, idx, x.data(),
-                                   static_cast<int>(x.size()), SQLITE_TRANSIENT);
-        },
-        params[i]);
-      if (rc != SQLITE_OK)
-        fail(db_, rc, "cannot bind parameter " + std::to_string(i + 1));
-    }
-    sql_rows result;
-    int cols = sqlite3_column_count(raw);
-    while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
-      auto& row = result.rows.emplace_back();
-      for (int c = 0; c < cols; ++c) {
-        if (sqlite3_column_type(raw, c) == SQLITE_NULL) {
-          row.emplace_back(std::nullopt);
-        } else {
-          auto ptr = sqlite3_column_text(raw, c);
-          row.emplace_back(std::string{reinterpret_cast<const char*>(ptr),
-                                       static_cast<size_t>(
-                                         sqlite3_column_bytes(raw, c))});
-        }
-      }
-    }
-    if (rc != SQLITE_DONE)
-      fail(db_, sqlite3_extended_errcode(db_), "user statement failed");
-    result.affected = sqlite3_changes64(db_);
-    return result;
-  }
-
-  const char* dialect() const noexcept override {
-    return "sqlite";
-  }
-
-private:
-  sqlite3* db_;
-};
 
 constexpr const char* run_columns
   = "id, name, status, inputs, output, error, executor, epoch, "
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id, deadline, call_chain, saga_phase, cancel_requested_at";
+    "parent_id, deadline, call_chain, saga_phase, cancel_requested_at, "
+    "queue_name, priority, partition_key, dedup_id, not_before, started_at, "
+    "attempts";
 
 /// Reads a journal row selected as `run_id, seq, kind, name, outcome,
 /// payload, error, created_at` (a bad row comes back unreadable).
@@ -283,6 +86,15 @@ run_record read_run(Statement& st) {
   r.call_chain = st.opt_text(15).value_or(std::string{});
   r.saga_phase = st.opt_text(16).value_or(std::string{});
   r.cancel_requested = !st.is_null(17);
+  r.queue_name = st.opt_text(18).value_or(std::string{});
+  r.priority = static_cast<std::int32_t>(st.int64(19));
+  r.partition_key = st.text(20);
+  r.dedup_id = st.opt_text(21).value_or(std::string{});
+  if (!st.is_null(22))
+    r.not_before_ms = st.int64(22);
+  if (!st.is_null(23))
+    r.started_at_ms = st.int64(23);
+  r.attempts = static_cast<std::int32_t>(st.int64(24));
   return r;
 }
 
@@ -651,9 +463,16 @@ std::optional<resolution> sqlite_store::get_resolution(std::string_view id) {
 }
 
 void sqlite_store::notify(std::string_view payload) {
+  in_transaction([&] {
+    notice_in(payload);
+    return 0;
+  });
+}
+
+void sqlite_store::notice_in(std::string_view payload) {
   // No NOTIFY: another process sharing the file polls this table
   // (`delivery_listener`). Old notices go now and then.
-  in_transaction([&] {
+  {
     auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
@@ -665,8 +484,7 @@ void sqlite_store::notify(std::string_view payload) {
       prepare("DELETE FROM notices WHERE created_at < ?1")
         .bind(1, std::int64_t{now - 60'000})
         .run();
-    return 0;
-  });
+  }
 }
 
 std::vector<std::pair<std::int64_t, std::string>>
@@ -1372,6 +1190,24 @@ std::vector<std::string> sqlite_store::list_object_keys(std::string_view type,
       out.push_back(sel.text(0));
     sel.reset();
     return out;
+  });
+}
+
+} // namespace perdure::persistence
+
+namespace perdure::persistence {
+
+void sqlite_store::in_write(const std::function<void()>& body) {
+  in_transaction([&] {
+    body();
+    return 0;
+  });
+}
+
+void sqlite_store::retried(const std::function<void()>& body) {
+  with_retry([&] {
+    body();
+    return 0;
   });
 }
 

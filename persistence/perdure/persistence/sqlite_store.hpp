@@ -108,7 +108,27 @@ public:
                                             std::string_view after,
                                             std::int64_t limit) override;
 
+  void define_queue(const queue_definition& q) override;
+  create_result enqueue(const run_record& item) override;
+  queue_claim claim_queued(const queue_claim_request& req) override;
+  std::vector<std::pair<std::string, std::int64_t>>
+  queued_heads(const std::vector<std::string>& queues) override;
+  bool retry_item(const fence& owner, std::string_view id,
+                  std::int64_t not_before_ms, const std::string& error,
+                  std::int64_t at_ms) override;
+  std::optional<run_record> requeue(std::string_view id,
+                                    std::int64_t at_ms) override;
+  queue_counts count_queue(std::string_view queue,
+                           std::int64_t now_ms) override;
+
 private:
+  /// Runs `body` in a write transaction, retried as every method is (for
+  /// the methods written in other files).
+  void in_write(const std::function<void()>& body);
+  /// Runs `body` outside a transaction, retried.
+  void retried(const std::function<void()>& body);
+  /// Stores notice `payload` (inside the caller's transaction).
+  void notice_in(std::string_view payload);
   class statement;
 
   statement& prepare(const std::string& sql);

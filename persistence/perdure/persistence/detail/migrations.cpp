@@ -125,6 +125,34 @@ std::vector<migration> sqlite_migrations() {
        "cancel_requested_at IS NOT NULL AND saga_phase = 'FORWARD' AND "
        "status = 'PENDING'",
      }},
+    {9,
+     "queues: items as runs, with their scheduling, and a row per queue",
+     {
+       "ALTER TABLE runs ADD COLUMN queue_name TEXT",
+       "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+       "ALTER TABLE runs ADD COLUMN partition_key TEXT NOT NULL DEFAULT ''",
+       "ALTER TABLE runs ADD COLUMN dedup_id TEXT",
+       "ALTER TABLE runs ADD COLUMN not_before INTEGER",
+       "ALTER TABLE runs ADD COLUMN started_at INTEGER",
+       "ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",
+       // What waits, in claiming order; a partition's head.
+       "CREATE INDEX runs_queued ON runs (queue_name, priority, created_at) "
+       "WHERE status = 'ENQUEUED' AND queue_name IS NOT NULL",
+       "CREATE INDEX runs_queued_partition ON runs (queue_name, "
+       "partition_key, priority, created_at) WHERE status = 'ENQUEUED' AND "
+       "queue_name IS NOT NULL",
+       // What runs (concurrency), and what started lately (rate limit).
+       "CREATE INDEX runs_queue_running ON runs (queue_name, partition_key) "
+       "WHERE status = 'PENDING' AND queue_name IS NOT NULL",
+       "CREATE INDEX runs_queue_started ON runs (queue_name, started_at) "
+       "WHERE queue_name IS NOT NULL",
+       // One item per dedup id while it is queued or running.
+       "CREATE UNIQUE INDEX runs_dedup ON runs (queue_name, dedup_id) WHERE "
+       "dedup_id IS NOT NULL AND status IN ('ENQUEUED', 'PENDING')",
+       "CREATE TABLE queues (name TEXT PRIMARY KEY, concurrency INTEGER, "
+       "partition_concurrency INTEGER, rate_limit INTEGER, rate_period_ms "
+       "INTEGER NOT NULL, updated_at INTEGER NOT NULL)",
+     }},
   };
 }
 
@@ -264,6 +292,39 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "CREATE INDEX runs_cancel_signalled ON " + s
          + "runs (executor) WHERE cancel_requested_at IS NOT NULL AND "
            "saga_phase = 'FORWARD' AND status = 'PENDING'",
+     }},
+    {9,
+     "queues: items as runs, with their scheduling, and a row per queue",
+     {
+       "ALTER TABLE " + s + "runs ADD COLUMN queue_name TEXT",
+       "ALTER TABLE " + s + "runs ADD COLUMN priority INTEGER NOT NULL "
+         "DEFAULT 0",
+       "ALTER TABLE " + s + "runs ADD COLUMN partition_key TEXT NOT NULL "
+         "DEFAULT ''",
+       "ALTER TABLE " + s + "runs ADD COLUMN dedup_id TEXT",
+       "ALTER TABLE " + s + "runs ADD COLUMN not_before BIGINT",
+       "ALTER TABLE " + s + "runs ADD COLUMN started_at BIGINT",
+       "ALTER TABLE " + s + "runs ADD COLUMN attempts INTEGER NOT NULL "
+         "DEFAULT 0",
+       // What waits, in claiming order; a partition's head.
+       "CREATE INDEX runs_queued ON " + s + "runs (queue_name, priority, "
+         "created_at) WHERE status = 'ENQUEUED' AND queue_name IS NOT NULL",
+       "CREATE INDEX runs_queued_partition ON " + s + "runs (queue_name, "
+         "partition_key, priority, created_at) WHERE status = 'ENQUEUED' AND "
+         "queue_name IS NOT NULL",
+       // What runs (concurrency), and what started lately (rate limit).
+       "CREATE INDEX runs_queue_running ON " + s + "runs (queue_name, "
+         "partition_key) WHERE status = 'PENDING' AND queue_name IS NOT NULL",
+       "CREATE INDEX runs_queue_started ON " + s + "runs (queue_name, "
+         "started_at) WHERE queue_name IS NOT NULL",
+       // One item per dedup id while it is queued or running.
+       "CREATE UNIQUE INDEX runs_dedup ON " + s + "runs (queue_name, "
+         "dedup_id) WHERE dedup_id IS NOT NULL AND status IN ('ENQUEUED', "
+         "'PENDING')",
+       // Claimers of a queue with a shared limit lock its row.
+       "CREATE TABLE " + s + "queues (name TEXT PRIMARY KEY, concurrency "
+         "INTEGER, partition_concurrency INTEGER, rate_limit INTEGER, "
+         "rate_period_ms BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
      }},
   };
 }

@@ -1,0 +1,51 @@
+#pragma once
+
+// What the runtime asks of its queues. perdure::queues implements it; a
+// runtime without queues has none.
+
+#include <caf/actor.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace perdure::detail {
+
+class step_executor;
+
+class queue_hooks {
+public:
+  virtual ~queue_hooks() = default;
+
+  /// The runtime recovered its runs and runs: claiming may begin.
+  virtual void start() = 0;
+
+  /// The runtime stops: claim nothing more (before its actors stop).
+  virtual void stop() = 0;
+
+  /// Items may wait in `queue` (a `q:` notice).
+  virtual void notice(const std::string& queue) = 0;
+
+  /// Returns the threads that run the steps of `queue`'s items (its worker
+  /// pool), or null for the runtime's.
+  virtual step_executor* steps_for(const std::string& queue) = 0;
+
+  /// An attempt of an item of `queue` failed; it was its `attempts`-th
+  /// (`terminal`: with a `terminal_error`). Returns when to try again (ms
+  /// since the epoch), or nothing: it goes to the dead letters.
+  virtual std::optional<std::int64_t>
+  retry_at(const std::string& queue, std::int32_t attempts, bool terminal)
+    = 0;
+
+  /// Item `id` of `queue` runs here now, hosted by `actor` (claimed,
+  /// recovered, taken over, revived).
+  virtual void holding(const std::string& queue, const std::string& id,
+                       const caf::actor& actor)
+    = 0;
+
+  /// Item `id` runs here no more: it ended, went back to its queue, or is
+  /// owned elsewhere now.
+  virtual void released(const std::string& id) = 0;
+};
+
+} // namespace perdure::detail

@@ -1,0 +1,108 @@
+#include "perdure/persistence/detail/queue_choice.hpp"
+
+#include <algorithm>
+
+namespace perdure::persistence::detail {
+
+std::int64_t rate_window_ms(const queue_claim_request& req) {
+  if (!req.queue.rate_limit)
+    return 0;
+  return req.queue.rate_period_ms + req.rate_margin_ms;
+}
+
+bool shares_limits(const queue_definition& q) {
+  return q.concurrency || q.partition_concurrency || q.rate_limit;
+}
+
+std::int64_t heads_per_partition(const queue_claim_request& req) {
+  std::int64_t n = req.capacity; // at most this many are idle
+  if (req.queue.partition_concurrency)
+    n = std::min<std::int64_t>(n, *req.queue.partition_concurrency);
+  return std::max<std::int64_t>(n, 1);
+}
+
+queue_choice choose_claims(const queue_claim_request& req,
+                           const queue_load& load,
+                           const std::vector<queue_candidate>& candidates) {
+  queue_choice out;
+  // The claimer's idle workers: an item claimed starts at once.
+  std::int64_t room = req.capacity - load.running_here;
+  if (req.queue.concurrency) {
+    auto left = *req.queue.concurrency - load.running;
+    if (left < room && !candidates.empty())
+      out.concurrency_bound = true;
+    room = std::min(room, left);
+  }
+  if (req.queue.rate_limit) {
+    auto left = *req.queue.rate_limit - load.recent_starts;
+    if (left < room && !candidates.empty()) {
+      // The oldest start leaves the window first; one can go then.
+      auto oldest = load.oldest_recent_start.value_or(load.db_now_ms);
+      out.rate_wait_ms = std::max<std::int64_t>(
+        1, oldest + rate_window_ms(req) - load.db_now_ms);
+    }
+    room = std::min(room, left);
+  }
+  if (room <= 0)
+    return out;
+  // With a partition limit, partitions take turns: the k-th ready item of
+  // every partition before the (k+1)-th of any; within one round, by the
+  // order read (priority, then age). Without one, just that order.
+  struct ranked {
+    std::size_t rank;
+    std::size_t pos;
+  };
+  std::vector<ranked> order;
+  std::unordered_map<std::string, std::size_t> seen;
+  auto turns = req.queue.partition_concurrency.has_value();
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    order.push_back({turns ? seen[candidates[i].partition_key]++ : 0, i});
+  std::stable_sort(order.begin(), order.end(),
+                   [](const ranked& a, const ranked& b) {
+                     return a.rank < b.rank;
+                   });
+  std::unordered_map<std::string, std::int64_t> taken;
+  for (auto& r : order) {
+    if (static_cast<std::int64_t>(out.ids.size()) >= room)
+      break;
+    auto& c = candidates[r.pos];
+    if (!req.filter.admits(c.name, c.app_version))
+      continue;
+    if (req.queue.partition_concurrency) {
+      auto i = load.running_by_partition.find(c.partition_key);
+      auto running = i == load.running_by_partition.end() ? 0 : i->second;
+      if (running + taken[c.partition_key] >= *req.queue.partition_concurrency) {
+        out.concurrency_bound = true;
+        continue;
+      }
+    }
+    ++taken[c.partition_key];
+    out.ids.push_back(c.id);
+  }
+  return out;
+}
+
+} // namespace perdure::persistence::detail
+
+namespace perdure::persistence::detail {
+
+void count_throttled(queue_counts& c) {
+  auto& q = c.limits;
+  auto all = (q.concurrency && c.total.running >= *q.concurrency)
+             || (q.rate_limit && c.recent_starts >= *q.rate_limit);
+  c.total.throttled = 0;
+  for (auto& p : c.partitions) {
+    auto full = q.partition_concurrency
+                && p.running >= *q.partition_concurrency;
+    p.throttled = all || full ? p.ready : 0;
+    c.total.throttled += p.throttled;
+  }
+}
+
+std::string retried_journal_condition(const std::string& journal,
+                                      const std::string& run) {
+  return "seq >= (SELECT MIN(seq) FROM " + journal + " WHERE run_id = " + run
+         + " AND kind IN ('step', 'transaction') AND outcome IN (1, 2))";
+}
+
+} // namespace perdure::persistence::detail

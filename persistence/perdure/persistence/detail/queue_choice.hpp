@@ -1,0 +1,83 @@
+#pragma once
+
+// Which ready items one claim of a queue takes: the limits, counted by the
+// store inside the claiming transaction, applied the same way on both
+// stores.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "perdure/persistence/queue_store.hpp"
+
+namespace perdure::persistence::detail {
+
+/// A ready item as the store read it.
+struct queue_candidate {
+  std::string id;
+  std::string name;
+  std::string app_version;
+  std::string partition_key;
+};
+
+/// What runs and what started lately in a queue, read under its lock.
+struct queue_load {
+  /// The database's clock now (ms since the epoch).
+  std::int64_t db_now_ms = 0;
+  /// PENDING items of the queue, and those of the claimer.
+  std::int64_t running = 0;
+  std::int64_t running_here = 0;
+  /// PENDING items per partition (only with a partition limit).
+  std::unordered_map<std::string, std::int64_t> running_by_partition;
+  /// Starts since `db_now_ms - window_ms(req)`, and the oldest of them.
+  std::int64_t recent_starts = 0;
+  std::optional<std::int64_t> oldest_recent_start;
+};
+
+/// The ids to claim, in claiming order, and what held the rest back.
+struct queue_choice {
+  std::vector<std::string> ids;
+  bool concurrency_bound = false;
+  std::optional<std::int64_t> rate_wait_ms;
+};
+
+/// Returns how far back the rate limit counts starts (its period plus the
+/// margin); 0 without a rate limit.
+std::int64_t rate_window_ms(const queue_claim_request& req);
+
+/// Returns whether claims of `q` must be serialised across processes (a
+/// limit that counts what other processes claimed).
+bool shares_limits(const queue_definition& q);
+
+/// How many ready items of each partition a claim reads: enough for every
+/// slot it may fill.
+std::int64_t heads_per_partition(const queue_claim_request& req);
+
+/// Chooses from `candidates`, ordered by priority then age (one
+/// partition's after another's when the store read partition heads):
+/// round-robin across partitions, each within its limit, all within the
+/// queue's concurrency, its rate limit and `req.capacity`; skips items the
+/// claimer cannot run (`req.filter`).
+queue_choice choose_claims(const queue_claim_request& req,
+                           const queue_load& load,
+                           const std::vector<queue_candidate>& candidates);
+
+} // namespace perdure::persistence::detail
+
+namespace perdure::persistence::detail {
+
+/// Fills in the `throttled` counts of `c` from its stored limits: ready
+/// items of a partition at its limit, and every ready item while the
+/// queue's concurrency or rate is used up.
+void count_throttled(queue_counts& c);
+
+/// The journal rule of a retried or requeued item: entries from its first
+/// step or transaction that failed (past its retries, or terminally) on
+/// are forgotten, so those steps run again and the ones before do not.
+/// The SQL condition on `seq` (journal of run `?`/`$n` given as `run`).
+std::string retried_journal_condition(const std::string& journal,
+                                      const std::string& run);
+
+} // namespace perdure::persistence::detail

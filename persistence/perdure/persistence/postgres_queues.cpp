@@ -1,0 +1,377 @@
+// The queue role of the PostgreSQL store (see queue_store.hpp).
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+#include "perdure/error.hpp"
+#include "perdure/persistence/detail/channel.hpp"
+#include "perdure/persistence/detail/pg_array.hpp"
+#include "perdure/persistence/detail/postgres_rows.hpp"
+#include "perdure/persistence/detail/queue_choice.hpp"
+#include "perdure/persistence/postgres_store.hpp"
+
+namespace perdure::persistence {
+
+namespace {
+
+/// The database's clock in ms since the epoch, as SQL.
+constexpr const char* db_clock_ms
+  = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// An optional number as a libpqxx 6 parameter (null `const char*`).
+struct opt_param {
+  explicit opt_param(const std::optional<std::int64_t>& x)
+    : text(x ? std::to_string(*x) : std::string{}), set(x.has_value()) {
+  }
+  const char* get() const {
+    return set ? text.c_str() : nullptr;
+  }
+  std::string text;
+  bool set;
+};
+
+std::optional<std::int64_t> widen(const std::optional<std::int32_t>& x) {
+  if (!x)
+    return std::nullopt;
+  return *x;
+}
+
+std::optional<std::int32_t> opt_int(const pqxx::field& f) {
+  if (f.is_null())
+    return std::nullopt;
+  return f.as<std::int32_t>();
+}
+
+} // namespace
+
+void postgres_store::define_queue(const queue_definition& q) {
+  opt_param conc{widen(q.concurrency)}, part{widen(q.partition_concurrency)},
+    rate{widen(q.rate_limit)};
+  in_work([&](pqxx::transaction_base& w) {
+    auto t = w.quote_name(schema_) + ".queues";
+    w.exec_params("INSERT INTO " + t
+                    + " (name, concurrency, partition_concurrency, "
+                      "rate_limit, rate_period_ms, updated_at) VALUES ($1, "
+                      "$2, $3, $4, $5, "
+                    + db_clock_ms
+                    + ") ON CONFLICT (name) DO UPDATE SET concurrency = "
+                      "EXCLUDED.concurrency, partition_concurrency = "
+                      "EXCLUDED.partition_concurrency, rate_limit = "
+                      "EXCLUDED.rate_limit, rate_period_ms = "
+                      "EXCLUDED.rate_period_ms, updated_at = "
+                      "EXCLUDED.updated_at",
+                  q.name, conc.get(), part.get(), rate.get(), q.rate_period_ms);
+  });
+}
+
+create_result postgres_store::enqueue(const run_record& item) {
+  create_result result;
+  opt_param deadline{item.deadline_ms}, not_before{item.not_before_ms};
+  in_work([&](pqxx::transaction_base& w) {
+    auto s = w.quote_name(schema_) + ".";
+    auto cols = detail::pg_run_columns();
+    // The notice goes out on commit, with the row.
+    auto ins = w.exec_params(
+      "WITH ins AS (INSERT INTO " + s
+        + "runs (id, name, status, inputs, executor, epoch, app_version, "
+          "created_at, updated_at, parent_id, deadline, queue_name, priority, "
+          "partition_key, dedup_id, not_before) VALUES ($1, $2, 'ENQUEUED', "
+          "$3, '', 0, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT "
+          "DO NOTHING RETURNING "
+        + cols + ") SELECT " + cols
+        + ", pg_notify($13, 'q:' || queue_name) FROM ins",
+      item.id, item.name,
+      pqxx::binarystring{item.inputs.data(), item.inputs.size()},
+      item.app_version, item.created_at_ms,
+      item.parent_id ? item.parent_id->c_str() : nullptr, deadline.get(),
+      item.queue_name, item.priority, item.partition_key,
+      item.dedup_id.empty() ? nullptr : item.dedup_id.c_str(), not_before.get(),
+      detail::delivery_channel(schema_));
+    if (!ins.empty()) {
+      result.created = true;
+      result.run = detail::read_pg_run(ins[0]);
+      return;
+    }
+    // Taken: by id, or by an item queued or running with its dedup id (an
+    // insert in flight is waited for by ON CONFLICT, so it is seen here).
+    auto found = w.exec_params("SELECT " + cols + " FROM " + s
+                                 + "runs WHERE id = $1",
+                               item.id);
+    if (found.empty() && !item.dedup_id.empty())
+      found = w.exec_params("SELECT " + cols + " FROM " + s
+                              + "runs WHERE queue_name = $1 AND dedup_id = $2 "
+                                "AND status IN ('ENQUEUED', 'PENDING')",
+                            item.queue_name, item.dedup_id);
+    if (found.empty()) // the holder ended meanwhile: try again
+      throw pqxx::serialization_failure("dedup holder ended");
+    result.run = detail::read_pg_run(found[0]);
+  });
+  return result;
+}
+
+queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
+  queue_claim out;
+  detail::pg_array names;
+  for (auto& n : req.filter.names)
+    names.add(n);
+  in_work([&](pqxx::transaction_base& w) {
+    out = {};
+    auto s = w.quote_name(schema_) + ".";
+    auto& q = req.queue;
+    auto shared = detail::shares_limits(q);
+    detail::queue_load load;
+    {
+      // Claimers of a queue with a shared limit take turns: what one
+      // counts, it spends.
+      auto lock = "SELECT " + std::string{db_clock_ms} + " FROM " + s
+                  + "queues WHERE name = $1 FOR UPDATE";
+      auto row = shared ? w.exec_params(lock, q.name)
+                        : w.exec(std::string{"SELECT "} + db_clock_ms);
+      if (row.empty()) { // not defined yet (by another version, say)
+        w.exec_params("INSERT INTO " + s
+                        + "queues (name, rate_period_ms, updated_at) VALUES "
+                          "($1, $2, 0) ON CONFLICT DO NOTHING",
+                      q.name, q.rate_period_ms);
+        row = w.exec_params(lock, q.name);
+      }
+      load.db_now_ms = row[0][0].as<std::int64_t>();
+      auto since = q.rate_limit
+                     ? load.db_now_ms - detail::rate_window_ms(req)
+                     : std::numeric_limits<std::int64_t>::max();
+      auto counts = w.exec_params(
+        "SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER "
+        "(WHERE started_at > $2), min(started_at) FILTER (WHERE started_at > "
+        "$2), count(*) FILTER (WHERE status = 'PENDING' AND executor = $3) "
+        "FROM "
+          + s
+          + "runs WHERE queue_name = $1 AND (status = 'PENDING' OR "
+            "started_at > $2)",
+        q.name, since, req.executor);
+      load.running = counts[0][0].as<std::int64_t>();
+      load.recent_starts = counts[0][1].as<std::int64_t>();
+      if (!counts[0][2].is_null())
+        load.oldest_recent_start = counts[0][2].as<std::int64_t>();
+      load.running_here = counts[0][3].as<std::int64_t>();
+      if (q.partition_concurrency)
+        for (const auto& r : w.exec_params(
+               "SELECT partition_key, count(*) FROM " + s
+                 + "runs WHERE queue_name = $1 AND status = 'PENDING' GROUP "
+                   "BY partition_key",
+               q.name))
+          load.running_by_partition[r[0].as<std::string>()]
+            = r[1].as<std::int64_t>();
+    }
+    std::vector<detail::queue_candidate> candidates;
+    auto add = [&](const pqxx::result& rows) {
+      for (const auto& r : rows)
+        candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
+                              r[2].as<std::string>(), r[3].as<std::string>()});
+    };
+    constexpr const char* ready
+      = "queue_name = $1 AND status = 'ENQUEUED' AND (not_before IS NULL OR "
+        "not_before <= $2)";
+    if (q.partition_concurrency) {
+      // Each partition's head (a loose index scan over the partitions
+      // with items queued), so a busy one cannot hide the others.
+      add(w.exec_params(
+        "WITH RECURSIVE parts(k) AS ((SELECT partition_key FROM " + s
+          + "runs WHERE queue_name = $1 AND status = 'ENQUEUED' ORDER BY "
+            "partition_key LIMIT 1) UNION ALL SELECT (SELECT r.partition_key "
+            "FROM "
+          + s
+          + "runs r WHERE r.queue_name = $1 AND r.status = 'ENQUEUED' AND "
+            "r.partition_key > p.k ORDER BY r.partition_key LIMIT 1) FROM "
+            "parts p WHERE p.k IS NOT NULL) SELECT c.id, c.name, "
+            "c.app_version, c.partition_key FROM (SELECT k FROM parts WHERE k "
+            "IS NOT NULL LIMIT 1000) p CROSS JOIN LATERAL (SELECT id, name, "
+            "app_version, partition_key, priority, created_at FROM "
+          + s + "runs WHERE " + ready
+          + " AND partition_key = p.k ORDER BY priority, created_at, id LIMIT "
+            "$3) c ORDER BY c.priority, c.created_at, c.id",
+        q.name, req.now_ms, detail::heads_per_partition(req)));
+    } else {
+      // Without a shared limit, claimers skip each other's rows.
+      add(w.exec_params("SELECT id, name, app_version, partition_key FROM " + s
+                          + "runs WHERE " + ready
+                          + " ORDER BY priority, created_at, id LIMIT $3"
+                          + (shared ? "" : " FOR UPDATE SKIP LOCKED"),
+                        q.name, req.now_ms,
+                        std::int64_t{req.capacity} + 16));
+    }
+    auto choice = detail::choose_claims(req, load, candidates);
+    out.concurrency_bound = choice.concurrency_bound;
+    out.rate_wait_ms = choice.rate_wait_ms;
+    if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity
+        && !choice.concurrency_bound && !choice.rate_wait_ms) {
+      auto next = w.exec_params("SELECT min(not_before) FROM " + s
+                                  + "runs WHERE queue_name = $1 AND status = "
+                                    "'ENQUEUED' AND not_before > $2",
+                                q.name, req.now_ms);
+      if (!next[0][0].is_null())
+        out.next_ready_ms = next[0][0].as<std::int64_t>();
+    }
+    if (choice.ids.empty())
+      return;
+    detail::pg_array ids;
+    for (auto& id : choice.ids)
+      ids.add(id);
+    auto claimed = w.exec_params(
+      "UPDATE " + s + "runs SET status = 'PENDING', executor = $2, epoch = "
+        "epoch + 1, started_at = " + db_clock_ms
+        + ", attempts = attempts + 1, wake_at = NULL, not_before = NULL, "
+          "updated_at = $3 WHERE id = ANY($1::text[]) AND status = 'ENQUEUED' "
+          "AND "
+        + detail::pg_holds_lease(s, "$2", "$4") + " RETURNING "
+        + detail::pg_run_columns(),
+      ids.str(), req.executor, req.now_ms, lease());
+    std::unordered_map<std::string, run_record> by_id;
+    for (const auto& r : claimed) {
+      auto run = detail::read_pg_run(r);
+      auto id = run.id;
+      by_id.emplace(std::move(id), std::move(run));
+    }
+    for (auto& id : choice.ids) {
+      auto i = by_id.find(id);
+      if (i != by_id.end())
+        out.runs.push_back(std::move(i->second));
+    }
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, std::int64_t>>
+postgres_store::queued_heads(const std::vector<std::string>& queues) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  if (queues.empty())
+    return out;
+  detail::pg_array names;
+  for (auto& n : queues)
+    names.add(n);
+  in_work([&](pqxx::transaction_base& w) {
+    out.clear();
+    for (const auto& r : w.exec_params(
+           "SELECT queue_name, min(COALESCE(not_before, 0)) FROM "
+             + w.quote_name(schema_)
+             + ".runs WHERE status = 'ENQUEUED' AND queue_name = "
+               "ANY($1::text[]) GROUP BY queue_name",
+           names.str()))
+      out.emplace_back(r[0].as<std::string>(), r[1].as<std::int64_t>());
+  });
+  return out;
+}
+
+bool postgres_store::retry_item(const fence& owner, std::string_view id,
+                                std::int64_t not_before_ms,
+                                const std::string& error, std::int64_t at_ms) {
+  auto done = false;
+  in_work([&](pqxx::transaction_base& w) {
+    auto s = w.quote_name(schema_) + ".";
+    auto res = w.exec_params(
+      "UPDATE " + s
+        + "runs SET status = 'ENQUEUED', executor = '', not_before = $4, "
+          "error = $5, wake_at = NULL, updated_at = $6 WHERE id = $1 AND "
+          "executor = $2 AND epoch = $3 AND status = 'PENDING' AND "
+        + detail::pg_holds_lease(s, "$2", "$7") + " RETURNING queue_name",
+      std::string{id}, owner.executor, owner.epoch, not_before_ms, error,
+      at_ms, lease());
+    done = !res.empty();
+    if (!done)
+      return;
+    w.exec_params("DELETE FROM " + s + "journal WHERE run_id = $1 AND "
+                    + detail::retried_journal_condition(s + "journal", "$1"),
+                  std::string{id});
+    w.exec_params("SELECT pg_notify($1, $2)", detail::delivery_channel(schema_),
+                  "q:" + res[0][0].as<std::string>());
+  });
+  return done;
+}
+
+std::optional<run_record> postgres_store::requeue(std::string_view id,
+                                                  std::int64_t at_ms) {
+  std::optional<run_record> out;
+  try {
+    in_work([&](pqxx::transaction_base& w) {
+      auto s = w.quote_name(schema_) + ".";
+      auto res = w.exec_params(
+        "UPDATE " + s
+          + "runs SET status = 'ENQUEUED', executor = '', attempts = 0, "
+            "error = NULL, output = NULL, not_before = NULL, wake_at = NULL, "
+            "updated_at = $2 WHERE id = $1 AND status = 'DEAD_LETTER' "
+            "RETURNING "
+          + detail::pg_run_columns(),
+        std::string{id}, at_ms);
+      out.reset();
+      if (res.empty())
+        return;
+      out = detail::read_pg_run(res[0]);
+      w.exec_params("DELETE FROM " + s + "journal WHERE run_id = $1 AND "
+                      + detail::retried_journal_condition(s + "journal", "$1"),
+                    std::string{id});
+      w.exec_params("SELECT pg_notify($1, $2)",
+                    detail::delivery_channel(schema_), "q:" + out->queue_name);
+    });
+  } catch (const pqxx::unique_violation&) {
+    throw perdure::error(errc::conflicting_id,
+                         "queue item '" + std::string{id}
+                           + "' cannot be requeued: another item with its "
+                             "dedup id is queued or running");
+  }
+  return out;
+}
+
+queue_counts postgres_store::count_queue(std::string_view queue,
+                                         std::int64_t now_ms) {
+  queue_counts c;
+  in_work([&](pqxx::transaction_base& w) {
+    c = {};
+    auto s = w.quote_name(schema_) + ".";
+    auto name = std::string{queue};
+    c.limits.name = name;
+    auto def = w.exec_params("SELECT concurrency, partition_concurrency, "
+                             "rate_limit, rate_period_ms, "
+                               + std::string{db_clock_ms} + " FROM " + s
+                               + "queues WHERE name = $1",
+                             name);
+    std::int64_t db_now = now_ms;
+    if (!def.empty()) {
+      c.limits.concurrency = opt_int(def[0][0]);
+      c.limits.partition_concurrency = opt_int(def[0][1]);
+      c.limits.rate_limit = opt_int(def[0][2]);
+      c.limits.rate_period_ms = def[0][3].as<std::int64_t>();
+      db_now = def[0][4].as<std::int64_t>();
+    }
+    for (const auto& r : w.exec_params(
+           "SELECT partition_key, count(*) FILTER (WHERE status = 'ENQUEUED' "
+           "AND (not_before IS NULL OR not_before <= $2)), count(*) FILTER "
+           "(WHERE status = 'ENQUEUED' AND not_before > $2), count(*) FILTER "
+           "(WHERE status = 'PENDING') FROM "
+             + s
+             + "runs WHERE queue_name = $1 AND status IN ('ENQUEUED', "
+               "'PENDING') GROUP BY partition_key ORDER BY partition_key",
+           name, now_ms)) {
+      queue_partition_counts p;
+      p.partition_key = r[0].as<std::string>();
+      p.ready = r[1].as<std::int64_t>();
+      p.delayed = r[2].as<std::int64_t>();
+      p.running = r[3].as<std::int64_t>();
+      c.total.ready += p.ready;
+      c.total.delayed += p.delayed;
+      c.total.running += p.running;
+      c.partitions.push_back(std::move(p));
+    }
+    auto more = w.exec_params(
+      "SELECT count(*) FILTER (WHERE status = 'DEAD_LETTER'), count(*) "
+      "FILTER (WHERE started_at > $2) FROM "
+        + s + "runs WHERE queue_name = $1",
+      name, db_now - c.limits.rate_period_ms);
+    c.dead_letters = more[0][0].as<std::int64_t>();
+    c.recent_starts = more[0][1].as<std::int64_t>();
+  });
+  detail::count_throttled(c);
+  return c;
+}
+
+} // namespace perdure::persistence

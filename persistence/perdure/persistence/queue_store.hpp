@@ -1,0 +1,133 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "perdure/persistence/records.hpp"
+
+namespace perdure::persistence {
+
+/// A queue's limits as stored in its row (each process claims by its own
+/// registration; the row is what operators and clients read).
+struct queue_definition {
+  std::string name;
+  /// Items PENDING at once across every process; nothing: no limit.
+  std::optional<std::int32_t> concurrency;
+  /// Items PENDING at once per partition key.
+  std::optional<std::int32_t> partition_concurrency;
+  /// At most this many starts in any window of `rate_period_ms`.
+  std::optional<std::int32_t> rate_limit;
+  std::int64_t rate_period_ms = 1000;
+};
+
+/// One claim of queue items (see `queue_store::claim_queued`).
+struct queue_claim_request {
+  queue_definition queue;
+  /// The claimer, and which workflows it can run.
+  std::string executor;
+  claim_filter filter;
+  /// The claimer's clock (ms since the epoch), for `not_before`.
+  std::int64_t now_ms = 0;
+  /// The claimer's workers for this queue: it takes at most as many as
+  /// are idle (this many minus its items PENDING).
+  std::int32_t capacity = 0;
+  /// The rate limit counts starts over its period plus this: an item
+  /// starts running at most this long after its claim, so no window of
+  /// the period sees more than the limit by actual start time.
+  std::int64_t rate_margin_ms = 50;
+};
+
+/// What a claim took, and what held the rest back.
+struct queue_claim {
+  /// The items claimed, PENDING under the claimer at a new epoch.
+  std::vector<run_record> runs;
+  /// Ready items were left because the queue's (or a partition's)
+  /// concurrency is used up: they can go when a running item ends.
+  bool concurrency_bound = false;
+  /// Ready items were left for the rate limit: the next start is allowed
+  /// this many ms from now.
+  std::optional<std::int64_t> rate_wait_ms;
+  /// When the first item not ready yet (delayed, backing off) becomes
+  /// ready (ms since the epoch, the claimer's clock), if the claim left
+  /// room for it.
+  std::optional<std::int64_t> next_ready_ms;
+};
+
+/// One partition's (or a whole queue's) counts.
+struct queue_partition_counts {
+  std::string partition_key;
+  /// ENQUEUED and ready to claim now.
+  std::int64_t ready = 0;
+  /// ENQUEUED with a `not_before` still ahead (delayed, or backing off).
+  std::int64_t delayed = 0;
+  /// PENDING (claimed and not ended; sleeping ones too).
+  std::int64_t running = 0;
+  /// Ready items the stored limits hold back now.
+  std::int64_t throttled = 0;
+};
+
+/// What operators see of a queue.
+struct queue_counts {
+  queue_definition limits;
+  queue_partition_counts total;
+  std::int64_t dead_letters = 0;
+  /// Starts within the last rate period.
+  std::int64_t recent_starts = 0;
+  /// Per partition with an item ENQUEUED or PENDING, by key.
+  std::vector<queue_partition_counts> partitions;
+};
+
+/// Queues: items are runs with a queue name, ENQUEUED until claimed. One
+/// role of `store`.
+class queue_store {
+public:
+  virtual ~queue_store() = default;
+
+  /// Creates or updates queue `q`'s row.
+  virtual void define_queue(const queue_definition& q) = 0;
+
+  /// Inserts `item` (status ENQUEUED, `queue_name` set) and announces it
+  /// (`q:<queue>`, on commit), unless a run with its id exists, or an item
+  /// with its `dedup_id` is ENQUEUED or PENDING in its queue: then returns
+  /// that one, `created` false.
+  virtual create_result enqueue(const run_record& item) = 0;
+
+  /// In one transaction, under the queue row's lock if the queue has a
+  /// limit shared by processes: counts what runs and what started lately,
+  /// and claims the ready items the limits allow, by priority, then age,
+  /// one partition at a time in turn (`choose_claims`).
+  virtual queue_claim claim_queued(const queue_claim_request& req) = 0;
+
+  /// Returns, for each of `queues` with ENQUEUED items, when the first of
+  /// them may be claimed (ms since the epoch; 0: now). One statement.
+  virtual std::vector<std::pair<std::string, std::int64_t>>
+  queued_heads(const std::vector<std::string>& queues) = 0;
+
+  /// Puts item `id`, whose attempt under `owner` failed with `error`, back
+  /// in its queue until `not_before_ms`, forgetting its journal from its
+  /// first failed step on (those steps run again; the ones before do not).
+  /// Returns false if fenced.
+  virtual bool retry_item(const fence& owner, std::string_view id,
+                          std::int64_t not_before_ms, const std::string& error,
+                          std::int64_t at_ms)
+    = 0;
+
+  /// Moves DEAD_LETTER item `id` back to ENQUEUED with its attempts reset
+  /// (its journal as `retry_item` leaves it) and announces it. Returns the
+  /// item, or nothing if it is not a dead letter. Throws
+  /// `conflicting_id` if another item holds its dedup id now.
+  virtual std::optional<run_record> requeue(std::string_view id,
+                                            std::int64_t at_ms)
+    = 0;
+
+  /// Returns queue `queue`'s counts (`now_ms`: what is ready).
+  virtual queue_counts count_queue(std::string_view queue,
+                                   std::int64_t now_ms)
+    = 0;
+};
+
+} // namespace perdure::persistence

@@ -1,0 +1,333 @@
+// The queue role of the SQLite store (see queue_store.hpp). One runtime
+// uses a file: a write transaction is all the locking a claim needs.
+
+#include <unordered_map>
+
+#include "perdure/error.hpp"
+#include "perdure/persistence/detail/queue_choice.hpp"
+#include "perdure/persistence/detail/sqlite_statement.hpp"
+#include "perdure/persistence/sqlite_store.hpp"
+
+namespace perdure::persistence {
+
+namespace {
+
+/// The clock of the database's host in ms since the epoch, as SQL.
+constexpr const char* db_clock_ms
+  = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
+std::optional<std::int64_t> widen(const std::optional<std::int32_t>& x) {
+  if (!x)
+    return std::nullopt;
+  return *x;
+}
+
+/// The SQL condition of `run_id = ?1`'s journal entries a retry forgets.
+std::string retried_entries() {
+  return "DELETE FROM journal WHERE run_id = ?1 AND "
+         + detail::retried_journal_condition("journal", "?1");
+}
+
+} // namespace
+
+void sqlite_store::define_queue(const queue_definition& q) {
+  in_write([&] {
+    prepare(std::string{"INSERT INTO queues (name, concurrency, "
+                        "partition_concurrency, rate_limit, rate_period_ms, "
+                        "updated_at) VALUES (?1, ?2, ?3, ?4, ?5, "}
+            + db_clock_ms
+            + ") ON CONFLICT (name) DO UPDATE SET concurrency = "
+              "excluded.concurrency, partition_concurrency = "
+              "excluded.partition_concurrency, rate_limit = "
+              "excluded.rate_limit, rate_period_ms = excluded.rate_period_ms, "
+              "updated_at = excluded.updated_at")
+      .bind(1, q.name)
+      .bind_opt_int(2, widen(q.concurrency))
+      .bind_opt_int(3, widen(q.partition_concurrency))
+      .bind_opt_int(4, widen(q.rate_limit))
+      .bind(5, q.rate_period_ms)
+      .run();
+  });
+}
+
+create_result sqlite_store::enqueue(const run_record& item) {
+  create_result result;
+  in_write([&] {
+    prepare("INSERT INTO runs (id, name, status, inputs, executor, epoch, "
+            "app_version, created_at, updated_at, parent_id, deadline, "
+            "queue_name, priority, partition_key, dedup_id, not_before) "
+            "VALUES (?1, ?2, 'ENQUEUED', ?3, '', 0, ?4, ?5, ?5, ?6, ?7, ?8, "
+            "?9, ?10, ?11, ?12) ON CONFLICT DO NOTHING")
+      .bind(1, item.id)
+      .bind(2, item.name)
+      .bind_blob(3, item.inputs)
+      .bind(4, item.app_version)
+      .bind(5, item.created_at_ms)
+      .bind_opt(6, item.parent_id)
+      .bind_opt_int(7, item.deadline_ms)
+      .bind(8, item.queue_name)
+      .bind(9, std::int64_t{item.priority})
+      .bind(10, item.partition_key)
+      .bind_opt(11, item.dedup_id.empty() ? std::nullopt
+                                          : std::optional{item.dedup_id})
+      .bind_opt_int(12, item.not_before_ms)
+      .run();
+    result.created = sqlite3_changes(db_) == 1;
+    if (result.created) {
+      notice_in("q:" + item.queue_name);
+      result.run = read_run_row(item.id);
+      return;
+    }
+    auto& by_id = prepare("SELECT 1 FROM runs WHERE id = ?1");
+    by_id.bind(1, item.id);
+    auto exists = by_id.step();
+    by_id.reset();
+    if (exists) {
+      result.run = read_run_row(item.id);
+      return;
+    }
+    auto& holder = prepare("SELECT id FROM runs WHERE queue_name = ?1 AND "
+                           "dedup_id = ?2 AND status IN ('ENQUEUED', "
+                           "'PENDING')");
+    holder.bind(1, item.queue_name).bind(2, item.dedup_id);
+    if (!holder.step())
+      throw perdure::error(errc::store_error,
+                           "enqueue of '" + item.id + "' conflicted with "
+                             "nothing");
+    auto id = holder.text(0);
+    holder.reset();
+    result.run = read_run_row(id);
+  });
+  return result;
+}
+
+queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
+  queue_claim out;
+  in_write([&] {
+    out = {};
+    auto& q = req.queue;
+    detail::queue_load load;
+    {
+      auto& now = prepare(std::string{"SELECT "} + db_clock_ms);
+      now.step();
+      load.db_now_ms = now.int64(0);
+      now.reset();
+    }
+    {
+      auto since = q.rate_limit ? load.db_now_ms - detail::rate_window_ms(req)
+                                : std::numeric_limits<std::int64_t>::max();
+      auto& counts = prepare(
+        "SELECT count(CASE WHEN status = 'PENDING' THEN 1 END), "
+        "count(CASE WHEN started_at > ?2 THEN 1 END), min(CASE WHEN "
+        "started_at > ?2 THEN started_at END), count(CASE WHEN status = "
+        "'PENDING' AND executor = ?3 THEN 1 END) FROM runs WHERE queue_name "
+        "= ?1 AND (status = 'PENDING' OR started_at > ?2)");
+      counts.bind(1, q.name).bind(2, since).bind(3, req.executor);
+      counts.step();
+      load.running = counts.int64(0);
+      load.recent_starts = counts.int64(1);
+      if (!counts.is_null(2))
+        load.oldest_recent_start = counts.int64(2);
+      load.running_here = counts.int64(3);
+      counts.reset();
+      if (q.partition_concurrency) {
+        auto& parts = prepare("SELECT partition_key, count(*) FROM runs WHERE "
+                              "queue_name = ?1 AND status = 'PENDING' GROUP "
+                              "BY partition_key");
+        parts.bind(1, q.name);
+        while (parts.step())
+          load.running_by_partition[parts.text(0)] = parts.int64(1);
+        parts.reset();
+      }
+    }
+    std::vector<detail::queue_candidate> candidates;
+    constexpr const char* ready
+      = "queue_name = ?1 AND status = 'ENQUEUED' AND (not_before IS NULL OR "
+        "not_before <= ?2)";
+    auto& heads = prepare(
+      q.partition_concurrency
+        ? std::string{"SELECT id, name, app_version, partition_key FROM "
+                      "(SELECT id, name, app_version, partition_key, "
+                      "priority, created_at, row_number() OVER (PARTITION BY "
+                      "partition_key ORDER BY priority, created_at, id) AS rn "
+                      "FROM runs WHERE "}
+            + ready
+            + ") WHERE rn <= ?3 ORDER BY priority, created_at, id LIMIT 100000"
+        : std::string{"SELECT id, name, app_version, partition_key FROM runs "
+                      "WHERE "}
+            + ready + " ORDER BY priority, created_at, id LIMIT ?3");
+    heads.bind(1, q.name).bind(2, req.now_ms);
+    heads.bind(3, q.partition_concurrency ? detail::heads_per_partition(req)
+                                          : std::int64_t{req.capacity} + 16);
+    while (heads.step())
+      candidates.push_back(
+        {heads.text(0), heads.text(1), heads.text(2), heads.text(3)});
+    heads.reset();
+    auto choice = detail::choose_claims(req, load, candidates);
+    out.concurrency_bound = choice.concurrency_bound;
+    out.rate_wait_ms = choice.rate_wait_ms;
+    if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity
+        && !choice.concurrency_bound && !choice.rate_wait_ms) {
+      auto& next = prepare("SELECT min(not_before) FROM runs WHERE queue_name "
+                           "= ?1 AND status = 'ENQUEUED' AND not_before > ?2");
+      next.bind(1, q.name).bind(2, req.now_ms);
+      next.step();
+      if (!next.is_null(0))
+        out.next_ready_ms = next.int64(0);
+      next.reset();
+    }
+    for (auto& id : choice.ids) {
+      prepare(std::string{"UPDATE runs SET status = 'PENDING', executor = "
+                          "?2, epoch = epoch + 1, started_at = "}
+              + db_clock_ms
+              + ", attempts = attempts + 1, wake_at = NULL, not_before = "
+                "NULL, updated_at = ?3 WHERE id = ?1 AND status = 'ENQUEUED'")
+        .bind(1, id)
+        .bind(2, req.executor)
+        .bind(3, req.now_ms)
+        .run();
+      if (sqlite3_changes(db_) == 1)
+        out.runs.push_back(read_run_row(id));
+    }
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, std::int64_t>>
+sqlite_store::queued_heads(const std::vector<std::string>& queues) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  if (queues.empty())
+    return out;
+  std::string in;
+  for (std::size_t i = 0; i < queues.size(); ++i)
+    in += (i == 0 ? "?" : ", ?") + std::to_string(i + 1);
+  retried([&] {
+    out.clear();
+    auto& st = prepare("SELECT queue_name, min(COALESCE(not_before, 0)) FROM "
+                       "runs WHERE status = 'ENQUEUED' AND queue_name IN ("
+                       + in + ") GROUP BY queue_name");
+    for (std::size_t i = 0; i < queues.size(); ++i)
+      st.bind(static_cast<int>(i + 1), queues[i]);
+    while (st.step())
+      out.emplace_back(st.text(0), st.int64(1));
+    st.reset();
+  });
+  return out;
+}
+
+bool sqlite_store::retry_item(const fence& owner, std::string_view id,
+                              std::int64_t not_before_ms,
+                              const std::string& error, std::int64_t at_ms) {
+  auto done = false;
+  in_write([&] {
+    auto& st = prepare("UPDATE runs SET status = 'ENQUEUED', executor = '', "
+                       "not_before = ?4, error = ?5, wake_at = NULL, "
+                       "updated_at = ?6 WHERE id = ?1 AND executor = ?2 AND "
+                       "epoch = ?3 AND status = 'PENDING' RETURNING "
+                       "queue_name");
+    st.bind(1, id)
+      .bind(2, owner.executor)
+      .bind(3, owner.epoch)
+      .bind(4, not_before_ms)
+      .bind(5, error)
+      .bind(6, at_ms);
+    done = st.step();
+    auto queue = done ? st.text(0) : std::string{};
+    st.reset();
+    if (!done)
+      return;
+    prepare(retried_entries()).bind(1, id).run();
+    notice_in("q:" + queue);
+  });
+  return done;
+}
+
+std::optional<run_record> sqlite_store::requeue(std::string_view id,
+                                                std::int64_t at_ms) {
+  std::optional<run_record> out;
+  try {
+    in_write([&] {
+      out.reset();
+      prepare("UPDATE runs SET status = 'ENQUEUED', executor = '', attempts "
+              "= 0, error = NULL, output = NULL, not_before = NULL, wake_at = "
+              "NULL, updated_at = ?2 WHERE id = ?1 AND status = "
+              "'DEAD_LETTER'")
+        .bind(1, id)
+        .bind(2, at_ms)
+        .run();
+      if (sqlite3_changes(db_) != 1)
+        return;
+      prepare(retried_entries()).bind(1, id).run();
+      out = read_run_row(id);
+      notice_in("q:" + out->queue_name);
+    });
+  } catch (const perdure::error& ex) {
+    if (std::string_view{ex.what()}.find("UNIQUE") == std::string_view::npos)
+      throw;
+    throw perdure::error(errc::conflicting_id,
+                         "queue item '" + std::string{id}
+                           + "' cannot be requeued: another item with its "
+                             "dedup id is queued or running");
+  }
+  return out;
+}
+
+queue_counts sqlite_store::count_queue(std::string_view queue,
+                                       std::int64_t now_ms) {
+  queue_counts c;
+  retried([&] {
+    c = {};
+    c.limits.name = std::string{queue};
+    auto db_now = now_ms;
+    auto& def = prepare(std::string{"SELECT concurrency, "
+                                    "partition_concurrency, rate_limit, "
+                                    "rate_period_ms, "}
+                        + db_clock_ms + " FROM queues WHERE name = ?1");
+    def.bind(1, queue);
+    if (def.step()) {
+      auto opt = [&](int col) -> std::optional<std::int32_t> {
+        if (def.is_null(col))
+          return std::nullopt;
+        return static_cast<std::int32_t>(def.int64(col));
+      };
+      c.limits.concurrency = opt(0);
+      c.limits.partition_concurrency = opt(1);
+      c.limits.rate_limit = opt(2);
+      c.limits.rate_period_ms = def.int64(3);
+      db_now = def.int64(4);
+    }
+    def.reset();
+    auto& parts = prepare(
+      "SELECT partition_key, count(CASE WHEN status = 'ENQUEUED' AND "
+      "(not_before IS NULL OR not_before <= ?2) THEN 1 END), count(CASE WHEN "
+      "status = 'ENQUEUED' AND not_before > ?2 THEN 1 END), count(CASE WHEN "
+      "status = 'PENDING' THEN 1 END) FROM runs WHERE queue_name = ?1 AND "
+      "status IN ('ENQUEUED', 'PENDING') GROUP BY partition_key ORDER BY "
+      "partition_key");
+    parts.bind(1, queue).bind(2, now_ms);
+    while (parts.step()) {
+      queue_partition_counts p;
+      p.partition_key = parts.text(0);
+      p.ready = parts.int64(1);
+      p.delayed = parts.int64(2);
+      p.running = parts.int64(3);
+      c.total.ready += p.ready;
+      c.total.delayed += p.delayed;
+      c.total.running += p.running;
+      c.partitions.push_back(std::move(p));
+    }
+    parts.reset();
+    auto& more = prepare("SELECT count(CASE WHEN status = 'DEAD_LETTER' THEN "
+                         "1 END), count(CASE WHEN started_at > ?2 THEN 1 END) "
+                         "FROM runs WHERE queue_name = ?1");
+    more.bind(1, queue).bind(2, db_now - c.limits.rate_period_ms);
+    more.step();
+    c.dead_letters = more.int64(0);
+    c.recent_starts = more.int64(1);
+    more.reset();
+  });
+  detail::count_throttled(c);
+  return c;
+}
+
+} // namespace perdure::persistence

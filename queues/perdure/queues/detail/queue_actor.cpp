@@ -1,0 +1,162 @@
+#include "perdure/queues/detail/queue_actor.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <unordered_map>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/queues/detail/queue_service.hpp"
+
+namespace perdure::queues::detail {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+struct queue_state {
+  queue_service* svc = nullptr;
+  queue_entry* q = nullptr;
+  /// A claim runs (on a control thread); another was asked for meanwhile.
+  bool claiming = false;
+  bool again = false;
+  /// The actors of the items held here, watched (by address).
+  std::unordered_map<caf::actor_addr, std::string> watched;
+  std::unordered_map<std::string, caf::actor> held;
+  /// Wait before looking again while the queue's concurrency is used up by
+  /// other processes: doubles up to a second, back to nothing on a claim.
+  std::int64_t busy_backoff_ms = 0;
+  /// When the timer in flight comes due (ms since the epoch), if any.
+  std::int64_t timer_due = std::numeric_limits<std::int64_t>::max();
+};
+
+using queue_actor = caf::stateful_actor<queue_state>;
+
+/// Claims on a control thread and brings the items in; reports back.
+void claim(queue_actor* self) {
+  auto& st = self->state;
+  if (st.claiming) {
+    st.again = true;
+    return;
+  }
+  st.claiming = true;
+  st.again = false;
+  auto& rt = st.svc->runtime();
+  auto req = st.svc->claim_request(*st.q);
+  auto me = caf::actor_cast<caf::actor>(self);
+  rt.control->post([me, &rt, req = std::move(req)] {
+    std::int64_t claimed = -1;
+    persistence::queue_claim c;
+    try {
+      c = rt.stores->with(
+        [&](persistence::store& db) { return db.claim_queued(req); });
+      claimed = static_cast<std::int64_t>(c.runs.size());
+      rt.bring_in(std::move(c.runs)); // each starts at once: a worker is idle
+    } catch (const std::exception& ex) {
+      rt.log().warn("perdure: claiming from queue '{}' failed ({}); trying "
+                    "again in a second",
+                    req.queue.name, ex.what());
+    }
+    caf::anon_send(me, claimed_atom::value, claimed, c.concurrency_bound,
+                   c.rate_wait_ms.value_or(-1), c.next_ready_ms.value_or(-1));
+  });
+}
+
+/// Looks again in `ms` (unless a timer comes due sooner anyway).
+void look_in(queue_actor* self, std::int64_t ms) {
+  auto& st = self->state;
+  ms = std::max<std::int64_t>(ms, 1);
+  auto due = perdure::detail::now_ms() + ms;
+  if (due >= st.timer_due)
+    return;
+  st.timer_due = due;
+  self->delayed_send(self, milliseconds{ms}, tick_atom::value);
+}
+
+caf::behavior queue_behavior(queue_actor* self, queue_service* svc,
+                             queue_entry* q) {
+  self->state.svc = svc;
+  self->state.q = q;
+  // An item's actor that failed (not one that ended or left memory): the
+  // runtime revives its run, as a new actor, counting a recovery attempt.
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto i = st.watched.find(dm.source);
+    if (i == st.watched.end())
+      return;
+    auto id = std::move(i->second);
+    st.watched.erase(i);
+    auto h = st.held.find(id);
+    if (h == st.held.end() || h->second.address() != dm.source)
+      return; // a newer actor hosts it now
+    st.held.erase(h);
+    if (dm.reason && dm.reason != caf::exit_reason::user_shutdown)
+      st.svc->runtime().log().warn(
+        "perdure: the worker of queue '{}' running item {} failed; the item "
+        "is revived on a new one",
+        st.q->name, id);
+  });
+  return {
+    [self](wake_atom) { claim(self); },
+    [self](tick_atom) {
+      self->state.timer_due = std::numeric_limits<std::int64_t>::max();
+      claim(self);
+    },
+    [self](held_atom, const std::string& id, const caf::actor& actor) {
+      auto& st = self->state;
+      self->monitor(actor);
+      st.watched[actor.address()] = id;
+      st.held[id] = actor;
+    },
+    [self](released_atom, const std::string& id) {
+      auto& st = self->state;
+      auto h = st.held.find(id);
+      if (h != st.held.end()) {
+        self->demonitor(h->second);
+        st.watched.erase(h->second.address());
+        st.held.erase(h);
+      }
+      claim(self); // a worker is idle now
+    },
+    [self](claimed_atom, std::int64_t claimed, bool bound,
+           std::int64_t rate_wait_ms, std::int64_t next_ready_ms) {
+      auto& st = self->state;
+      st.claiming = false;
+      if (claimed > 0)
+        st.busy_backoff_ms = 0;
+      if (st.again) {
+        claim(self);
+      } else if (claimed < 0) {
+        look_in(self, 1000);
+      } else if (rate_wait_ms >= 0) {
+        look_in(self, rate_wait_ms);
+      } else if (bound) {
+        // Others' items use the queue up: their ends are not announced.
+        st.busy_backoff_ms
+          = std::clamp<std::int64_t>(st.busy_backoff_ms * 2, 10, 1000);
+        look_in(self, st.busy_backoff_ms);
+      } else if (next_ready_ms >= 0) {
+        look_in(self, next_ready_ms - perdure::detail::now_ms());
+      }
+      // Otherwise idle: notices wake it (and the service's probe).
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_queue_actor(caf::actor_system& sys, queue_service& svc,
+                             queue_entry& q) {
+  return sys.spawn(queue_behavior, &svc, &q);
+}
+
+} // namespace perdure::queues::detail

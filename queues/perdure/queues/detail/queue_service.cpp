@@ -1,0 +1,166 @@
+#include "perdure/queues/detail/queue_service.hpp"
+
+#include <caf/send.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/queues/detail/queue_actor.hpp"
+
+namespace perdure::queues::detail {
+
+queue_service::queue_service(perdure::detail::runtime_impl& rt) : rt_(rt) {
+}
+
+queue_service::~queue_service() {
+  stop();
+}
+
+void queue_service::add(std::string name, queue_options opts) {
+  if (queues_.count(name) > 0)
+    throw perdure::error(errc::invalid_argument,
+                         "queue '" + name + "' is registered already");
+  auto q = std::make_unique<queue_entry>();
+  q->name = name;
+  q->opts = std::move(opts);
+  queues_.emplace(std::move(name), std::move(q));
+}
+
+persistence::queue_claim_request
+queue_service::claim_request(const queue_entry& q) const {
+  persistence::queue_claim_request req;
+  req.queue.name = q.name;
+  req.queue.concurrency = q.opts.concurrency;
+  req.queue.partition_concurrency = q.opts.partition_concurrency;
+  if (q.opts.rate) {
+    req.queue.rate_limit = q.opts.rate->limit;
+    req.queue.rate_period_ms = q.opts.rate->period.count();
+  }
+  req.executor = rt_.cfg.executor_id;
+  for (auto& [name, entry] : rt_.workflows)
+    req.filter.names.push_back(name);
+  req.filter.app_version = rt_.cfg.app_version;
+  req.now_ms = perdure::detail::now_ms();
+  req.capacity = q.opts.worker_concurrency;
+  return req;
+}
+
+void queue_service::start() {
+  std::vector<persistence::queue_definition> defs;
+  auto poll = std::chrono::milliseconds::max();
+  {
+    std::lock_guard guard{mtx_};
+    running_ = true;
+    items_.clear();
+    for (auto& [name, q] : queues_) {
+      q->pool = std::make_unique<perdure::detail::step_executor>(
+        static_cast<std::size_t>(q->opts.worker_concurrency), &rt_);
+      q->actor = spawn_queue_actor(*rt_.system, *this, *q);
+      defs.push_back(claim_request(*q).queue);
+      poll = std::min(poll, q->opts.poll_interval);
+    }
+  }
+  try {
+    rt_.stores->with([&](persistence::store& db) {
+      for (auto& d : defs)
+        db.define_queue(d);
+      return 0;
+    });
+  } catch (const std::exception& ex) {
+    rt_.log().warn("perdure: could not store the queues' limits ({}); they "
+                   "are enforced all the same",
+                   ex.what());
+  }
+  for (auto& [name, q] : queues_)
+    caf::anon_send(q->actor, wake_atom::value);
+  if (!queues_.empty())
+    prober_ = std::make_unique<perdure::detail::ticker>(poll,
+                                                        [this] { probe(); });
+}
+
+void queue_service::stop() {
+  prober_.reset();
+  std::lock_guard guard{mtx_};
+  if (!running_)
+    return;
+  running_ = false;
+  for (auto& [name, q] : queues_)
+    if (q->actor)
+      caf::anon_send_exit(q->actor, caf::exit_reason::user_shutdown);
+  // The pools stay until the service goes: items' steps may still run
+  // while the runtime stops its actors; the runtime is gone by then.
+}
+
+void queue_service::probe() {
+  std::vector<std::string> names;
+  for (auto& [name, q] : queues_)
+    names.push_back(name);
+  try {
+    auto heads = rt_.stores->with(
+      [&](persistence::store& db) { return db.queued_heads(names); });
+    auto now = perdure::detail::now_ms();
+    std::lock_guard guard{mtx_};
+    if (!running_)
+      return;
+    for (auto& [name, first_ready] : heads)
+      if (first_ready <= now)
+        caf::anon_send(queues_.at(name)->actor, wake_atom::value);
+  } catch (const std::exception& ex) {
+    rt_.log().warn("perdure: looking for queued items failed ({})", ex.what());
+  }
+}
+
+void queue_service::notice(const std::string& queue) {
+  auto i = queues_.find(queue);
+  std::lock_guard guard{mtx_};
+  if (running_ && i != queues_.end())
+    caf::anon_send(i->second->actor, wake_atom::value);
+}
+
+perdure::detail::step_executor*
+queue_service::steps_for(const std::string& queue) {
+  auto i = queues_.find(queue);
+  return i == queues_.end() ? nullptr : i->second->pool.get();
+}
+
+std::optional<std::int64_t> queue_service::retry_at(const std::string& queue,
+                                                    std::int32_t attempts,
+                                                    bool terminal) {
+  auto i = queues_.find(queue);
+  retry_policy policy = i == queues_.end() ? retry_policy{}
+                                           : i->second->opts.retry;
+  if (terminal || attempts >= policy.max_attempts)
+    return std::nullopt;
+  auto wait = static_cast<double>(policy.backoff.count())
+              * std::pow(policy.factor, std::max(0, attempts - 1));
+  wait = std::min(wait, static_cast<double>(policy.max_backoff.count()));
+  return perdure::detail::now_ms() + static_cast<std::int64_t>(wait);
+}
+
+void queue_service::holding(const std::string& queue, const std::string& id,
+                            const caf::actor& actor) {
+  auto i = queues_.find(queue);
+  if (i == queues_.end())
+    return; // another process's queue: its item runs here on our threads
+  std::lock_guard guard{mtx_};
+  if (!running_)
+    return;
+  items_[id] = queue;
+  caf::anon_send(i->second->actor, held_atom::value, id, actor);
+}
+
+void queue_service::released(const std::string& id) {
+  std::lock_guard guard{mtx_};
+  auto i = items_.find(id);
+  if (i == items_.end())
+    return;
+  if (running_)
+    caf::anon_send(queues_.at(i->second)->actor, released_atom::value, id);
+  items_.erase(i);
+}
+
+} // namespace perdure::queues::detail

@@ -1,0 +1,77 @@
+#pragma once
+
+// The queues of one runtime: what it registered, their actors and worker
+// pools, and the hooks the runtime calls (see perdure/detail/queue_hooks).
+
+#include <caf/actor.hpp>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "perdure/detail/queue_hooks.hpp"
+#include "perdure/detail/step_executor.hpp"
+#include "perdure/detail/ticker.hpp"
+#include "perdure/persistence/queue_store.hpp"
+#include "perdure/queues/queue_options.hpp"
+
+namespace perdure::detail {
+class runtime_impl;
+} // namespace perdure::detail
+
+namespace perdure::queues::detail {
+
+/// One registered queue.
+struct queue_entry {
+  std::string name;
+  queue_options opts;
+  /// Its workers' threads (steps and transactions of its items).
+  std::unique_ptr<perdure::detail::step_executor> pool;
+  /// Its queue actor (claims, supervises its items' actors).
+  caf::actor actor;
+};
+
+class queue_service final : public perdure::detail::queue_hooks {
+public:
+  explicit queue_service(perdure::detail::runtime_impl& rt);
+  ~queue_service() override;
+
+  /// Registers `name` (before the runtime starts).
+  void add(std::string name, queue_options opts);
+
+  /// Returns the claim of `q` this process makes now (capacity: its
+  /// workers).
+  persistence::queue_claim_request claim_request(const queue_entry& q) const;
+
+  perdure::detail::runtime_impl& runtime() const noexcept {
+    return rt_;
+  }
+
+  void start() override;
+  void stop() override;
+  void notice(const std::string& queue) override;
+  perdure::detail::step_executor* steps_for(const std::string& queue) override;
+  std::optional<std::int64_t> retry_at(const std::string& queue,
+                                       std::int32_t attempts,
+                                       bool terminal) override;
+  void holding(const std::string& queue, const std::string& id,
+               const caf::actor& actor) override;
+  void released(const std::string& id) override;
+
+private:
+  /// Looks for items nobody announced (one statement for every queue).
+  void probe();
+
+  perdure::detail::runtime_impl& rt_;
+  /// Set before start, read-only while running.
+  std::unordered_map<std::string, std::unique_ptr<queue_entry>> queues_;
+  std::mutex mtx_;
+  /// The queue of each item running here.
+  std::unordered_map<std::string, std::string> items_;
+  bool running_ = false;
+  std::unique_ptr<perdure::detail::ticker> prober_;
+};
+
+} // namespace perdure::queues::detail
