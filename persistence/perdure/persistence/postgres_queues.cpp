@@ -78,9 +78,10 @@ create_result postgres_store::enqueue(const run_record& item) {
       "WITH ins AS (INSERT INTO " + s
         + "runs (id, name, status, inputs, executor, epoch, app_version, "
           "created_at, updated_at, parent_id, deadline, queue_name, priority, "
-          "partition_key, dedup_id, not_before) VALUES ($1, $2, 'ENQUEUED', "
-          "$3, '', 0, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT "
-          "DO NOTHING RETURNING "
+          "partition_key, dedup_id, not_before, inbox_seq) VALUES ($1, $2, "
+          "'ENQUEUED', $3, '', 0, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12, "
+          "nextval('"
+        + s + "inbox_seq')) ON CONFLICT DO NOTHING RETURNING "
         + cols + ") SELECT " + cols
         + ", pg_notify($13, 'q:' || queue_name) FROM ins",
       item.id, item.name,
@@ -187,16 +188,16 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
             "parts p WHERE p.k IS NOT NULL) SELECT c.id, c.name, "
             "c.app_version, c.partition_key FROM (SELECT k FROM parts WHERE k "
             "IS NOT NULL LIMIT 1000) p CROSS JOIN LATERAL (SELECT id, name, "
-            "app_version, partition_key, priority, created_at FROM "
+            "app_version, partition_key, priority, inbox_seq FROM "
           + s + "runs WHERE " + ready
-          + " AND partition_key = p.k ORDER BY priority, created_at, id LIMIT "
-            "$3) c ORDER BY c.priority, c.created_at, c.id",
+          + " AND partition_key = p.k ORDER BY priority, inbox_seq LIMIT "
+            "$3) c ORDER BY c.priority, c.inbox_seq",
         q.name, req.now_ms, detail::heads_per_partition(req)));
     } else {
       // Without a shared limit, claimers skip each other's rows.
       add(w.exec_params("SELECT id, name, app_version, partition_key FROM " + s
                           + "runs WHERE " + ready
-                          + " ORDER BY priority, created_at, id LIMIT $3"
+                          + " ORDER BY priority, inbox_seq LIMIT $3"
                           + (shared ? "" : " FOR UPDATE SKIP LOCKED"),
                         q.name, req.now_ms,
                         std::int64_t{req.capacity} + 16));

@@ -370,7 +370,8 @@ void postgres_store::connect() {
   auto ends = std::string{"(saga_phase IS NULL OR saga_phase = 'DONE')"};
   c->prepare("cancel_run",
              "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM " + s
-               + "runs WHERE id = $1 AND status = 'PENDING' UNION SELECT r.id, "
+               + "runs WHERE id = $1 AND (status = 'PENDING' OR (status = "
+                 "'ENQUEUED' AND queue_name IS NOT NULL)) UNION SELECT r.id, "
                  "r.saga_phase FROM "
                + s
                + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
@@ -384,7 +385,8 @@ void postgres_store::connect() {
                + ends + " THEN cancel_requested_at ELSE COALESCE("
                  "cancel_requested_at, $2) END, updated_at = CASE WHEN " + ends
                + " THEN $2 ELSE updated_at END WHERE id IN (SELECT id FROM "
-                 "tree) AND status = 'PENDING' AND saga_phase IS DISTINCT "
+                 "tree) AND status IN ('PENDING', 'ENQUEUED') AND saga_phase "
+                 "IS DISTINCT "
                  "FROM 'COMPENSATING' RETURNING id, parent_id, status), "
                  "woken AS (UPDATE "
                + s

@@ -124,7 +124,7 @@ struct run_record {
   /// is ENQUEUED until a runtime claims it within the queue's limits, then
   /// PENDING like any run.
   std::string queue_name;
-  /// Claimed lowest first, then oldest first.
+  /// Claimed lowest first, then in the order stored.
   std::int32_t priority = 0;
   /// The partition (e.g. a customer) its queue's per-partition limit counts
   /// it in; empty: the default one.

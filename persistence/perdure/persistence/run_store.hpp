@@ -60,7 +60,8 @@ public:
                            std::optional<std::int64_t> wake_at_ms)
     = 0;
 
-  /// Cancels a PENDING run and its PENDING descendants (no fence:
+  /// Cancels a PENDING run (or an ENQUEUED queue item) and its PENDING
+  /// descendants (no fence:
   /// cancellation comes from anywhere; none below a compensating saga). A
   /// saga going forward is signalled: `cancel_requested` set (and, if
   /// passivated, due at once), status kept; a compensating saga is left

@@ -148,14 +148,14 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
       q.partition_concurrency
         ? std::string{"SELECT id, name, app_version, partition_key FROM "
                       "(SELECT id, name, app_version, partition_key, "
-                      "priority, created_at, row_number() OVER (PARTITION BY "
-                      "partition_key ORDER BY priority, created_at, id) AS rn "
+                      "priority, rowid AS seq, row_number() OVER (PARTITION BY "
+                      "partition_key ORDER BY priority, rowid) AS rn "
                       "FROM runs WHERE "}
             + ready
-            + ") WHERE rn <= ?3 ORDER BY priority, created_at, id LIMIT 100000"
+            + ") WHERE rn <= ?3 ORDER BY priority, seq LIMIT 100000"
         : std::string{"SELECT id, name, app_version, partition_key FROM runs "
                       "WHERE "}
-            + ready + " ORDER BY priority, created_at, id LIMIT ?3");
+            + ready + " ORDER BY priority, rowid LIMIT ?3");
     heads.bind(1, q.name).bind(2, req.now_ms);
     heads.bind(3, q.partition_concurrency ? detail::heads_per_partition(req)
                                           : std::int64_t{req.capacity} + 16);

@@ -354,7 +354,8 @@ std::vector<cancelled_run> sqlite_store::cancel_run(std::string_view run_id,
     // None below a compensating saga: those are its compensations' calls.
     auto& sel = prepare(
       "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM runs "
-      "WHERE id = ?1 AND status = 'PENDING' UNION SELECT r.id, r.saga_phase "
+      "WHERE id = ?1 AND (status = 'PENDING' OR (status = 'ENQUEUED' AND "
+      "queue_name IS NOT NULL)) UNION SELECT r.id, r.saga_phase "
       "FROM runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
       "'PENDING' AND t.phase IS NOT 'COMPENSATING') SELECT id, "
       "COALESCE(phase, '') FROM tree");

@@ -158,10 +158,12 @@ std::string detail::stage_bytes(sql_session& tx, std::string_view queue,
     "INSERT INTO " + table("runs")
       + " (id, name, status, inputs, executor, epoch, app_version, "
         "created_at, updated_at, deadline, queue_name, priority, "
-        "partition_key, dedup_id, not_before) VALUES ($1, $2, 'ENQUEUED', "
+        "partition_key, dedup_id, not_before"
+      + (pg ? ", inbox_seq" : "") + ") VALUES ($1, $2, 'ENQUEUED', "
       + (pg ? "decode($3, 'hex')" : "CAST($3 AS BLOB)")
-      + ", '', 0, '', $4, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO "
-        "NOTHING RETURNING id",
+      + ", '', 0, '', $4, $4, $5, $6, $7, $8, $9, $10"
+      + (pg ? ", nextval('" + quoted + "inbox_seq')" : std::string{})
+      + ") ON CONFLICT DO NOTHING RETURNING id",
     {item.id, item.name, bytes, item.created_at_ms, opt(item.deadline_ms),
      item.queue_name, std::int64_t{item.priority}, item.partition_key,
      item.dedup_id.empty() ? sql_param{nullptr} : sql_param{item.dedup_id},

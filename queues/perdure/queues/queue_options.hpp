@@ -18,7 +18,7 @@ struct rate_limit {
 /// attempt's completed steps stay recorded, the failed step and what
 /// followed it run again. An item whose attempts all failed, or that threw
 /// a `terminal_error`, ends DEAD_LETTER.
-struct retry_policy {
+struct item_retry_policy {
   /// Attempts in all (1: never retried).
   std::int32_t max_attempts = 3;
   /// Wait before the second attempt, then `factor` times longer each time,
@@ -41,7 +41,7 @@ struct queue_options {
   std::optional<std::int32_t> partition_concurrency;
   /// Starts per period, across every process.
   std::optional<queues::rate_limit> rate;
-  retry_policy retry;
+  item_retry_policy retry;
   /// How often an idle process looks for items it was not told about
   /// (NOTIFY does the waking; one statement for all its queues).
   std::chrono::milliseconds poll_interval{5000};
@@ -52,7 +52,7 @@ struct enqueue_options {
   /// The item's workflow id, which is also its idempotency key (as for
   /// `start_workflow`). Empty: a fresh random id.
   std::string id;
-  /// Claimed lowest first, then oldest first.
+  /// Claimed lowest first, then in the order enqueued.
   std::int32_t priority = 0;
   /// The partition its queue's `partition_concurrency` counts it in.
   std::string partition_key;

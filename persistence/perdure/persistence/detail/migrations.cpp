@@ -135,12 +135,13 @@ std::vector<migration> sqlite_migrations() {
        "ALTER TABLE runs ADD COLUMN not_before INTEGER",
        "ALTER TABLE runs ADD COLUMN started_at INTEGER",
        "ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",
-       // What waits, in claiming order; a partition's head.
-       "CREATE INDEX runs_queued ON runs (queue_name, priority, created_at) "
-       "WHERE status = 'ENQUEUED' AND queue_name IS NOT NULL",
+       // What waits, in claiming order (priority, then as stored: rowid);
+       // a partition's head.
+       "CREATE INDEX runs_queued ON runs (queue_name, priority) WHERE "
+       "status = 'ENQUEUED' AND queue_name IS NOT NULL",
        "CREATE INDEX runs_queued_partition ON runs (queue_name, "
-       "partition_key, priority, created_at) WHERE status = 'ENQUEUED' AND "
-       "queue_name IS NOT NULL",
+       "partition_key, priority) WHERE status = 'ENQUEUED' AND queue_name IS "
+       "NOT NULL",
        // What runs (concurrency), and what started lately (rate limit).
        "CREATE INDEX runs_queue_running ON runs (queue_name, partition_key) "
        "WHERE status = 'PENDING' AND queue_name IS NOT NULL",
@@ -306,11 +307,12 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "ALTER TABLE " + s + "runs ADD COLUMN started_at BIGINT",
        "ALTER TABLE " + s + "runs ADD COLUMN attempts INTEGER NOT NULL "
          "DEFAULT 0",
-       // What waits, in claiming order; a partition's head.
+       // What waits, in claiming order (priority, then as stored: the
+       // inbox sequence numbers queue items too); a partition's head.
        "CREATE INDEX runs_queued ON " + s + "runs (queue_name, priority, "
-         "created_at) WHERE status = 'ENQUEUED' AND queue_name IS NOT NULL",
+         "inbox_seq) WHERE status = 'ENQUEUED' AND queue_name IS NOT NULL",
        "CREATE INDEX runs_queued_partition ON " + s + "runs (queue_name, "
-         "partition_key, priority, created_at) WHERE status = 'ENQUEUED' AND "
+         "partition_key, priority, inbox_seq) WHERE status = 'ENQUEUED' AND "
          "queue_name IS NOT NULL",
        // What runs (concurrency), and what started lately (rate limit).
        "CREATE INDEX runs_queue_running ON " + s + "runs (queue_name, "

@@ -131,7 +131,7 @@ std::optional<std::int64_t> queue_service::retry_at(const std::string& queue,
                                                     std::int32_t attempts,
                                                     bool terminal) {
   auto i = queues_.find(queue);
-  retry_policy policy = i == queues_.end() ? retry_policy{}
+  item_retry_policy policy = i == queues_.end() ? item_retry_policy{}
                                            : i->second->opts.retry;
   if (terminal || attempts >= policy.max_attempts)
     return std::nullopt;
