@@ -802,8 +802,9 @@ void runtime_impl::revive(const std::string& id, bool count_attempt) {
   }
 }
 
-void runtime_impl::spawn_run(persistence::run_record run,
-                             std::vector<persistence::journal_entry> journal) {
+std::optional<caf::actor>
+runtime_impl::spawn_run(persistence::run_record run,
+                        std::vector<persistence::journal_entry> journal) {
   if (run.recovery_attempts > cfg.max_recovery_attempts) {
     // A run that takes its process (or its actor) down at every start.
     persistence::completion_write c;
@@ -828,7 +829,7 @@ void runtime_impl::spawn_run(persistence::run_record run,
       if (parent) // it may be waiting for this end
         wake(*parent, -1);
     });
-    return;
+    return std::nullopt;
   }
   if (workflows.count(run.name) == 0) {
     // Claims filter these out; a run that slips through stays PENDING
@@ -836,17 +837,17 @@ void runtime_impl::spawn_run(persistence::run_record run,
     log().warn("perdure: run {} is of workflow '{}', not registered here; "
                  "left PENDING",
                  run.id, run.name);
-    return;
+    return std::nullopt;
   }
   std::lock_guard guard{active_mtx_};
   if (!running_ || lease_lost_ || fenced_.count(run.id) > 0)
-    return;
+    return std::nullopt;
   auto i = active_.find(run.id);
   if (i != active_.end()) {
     // Two spawns of one run race (a start or a recovery, and a revival's
     // newer claim): the copy at the newer epoch runs, the other one goes.
     if (i->second.epoch >= run.owner.epoch)
-      return;
+      return std::nullopt;
     signal_run(i->second.actor, i->second.exec, run_signal::drop, -1);
     active_.erase(i);
   }
@@ -859,8 +860,9 @@ void runtime_impl::spawn_run(persistence::run_record run,
                                std::move(journal));
   if (!queue.empty() && queues)
     queues->holding(queue, id, actor);
-  active_.emplace(std::move(id), active_run{std::move(actor), 0, epoch});
+  active_.emplace(std::move(id), active_run{actor, 0, epoch});
   forget_caf_logger();
+  return actor;
 }
 
 void runtime_impl::arm_deadline(const std::string& id, std::int64_t due_ms) {

@@ -210,9 +210,11 @@ public:
   void revive(const std::string& id, bool count_attempt = false);
 
   /// Spawns the actor of `run`, replaying `journal` (or, if the run was
-  /// recovered too often, ends it RETRIES_EXCEEDED).
-  void spawn_run(persistence::run_record run,
-                 std::vector<persistence::journal_entry> journal);
+  /// recovered too often, ends it RETRIES_EXCEEDED). Returns the actor, or
+  /// nothing if none was spawned.
+  std::optional<caf::actor>
+  spawn_run(persistence::run_record run,
+            std::vector<persistence::journal_entry> journal);
 
   /// Run `id` should run here but has no actor (its actor stopped on a
   /// store failure or an exception, or its creation was in doubt):

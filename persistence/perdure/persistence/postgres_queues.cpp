@@ -70,7 +70,7 @@ void postgres_store::define_queue(const queue_definition& q) {
 create_result postgres_store::enqueue(const run_record& item) {
   create_result result;
   opt_param deadline{item.deadline_ms}, not_before{item.not_before_ms};
-  in_work([&](pqxx::transaction_base& w) {
+  in_autocommit([&](pqxx::transaction_base& w) {
     auto s = w.quote_name(schema_) + ".";
     auto cols = detail::pg_run_columns();
     // The notice goes out on commit, with the row.
@@ -113,11 +113,72 @@ create_result postgres_store::enqueue(const run_record& item) {
   return result;
 }
 
+namespace {
+
+/// `pg_run_columns()`, each qualified by table alias `t`.
+std::string run_columns_of(const std::string& t) {
+  std::string out;
+  auto columns = detail::pg_run_columns();
+  std::string_view all = columns;
+  while (!all.empty()) {
+    auto comma = all.find(',');
+    auto name = all.substr(0, comma);
+    while (!name.empty() && name.front() == ' ')
+      name.remove_prefix(1);
+    out += (out.empty() ? "" : ", ") + t + "." + std::string{name};
+    all = comma == std::string_view::npos ? std::string_view{}
+                                          : all.substr(comma + 1);
+  }
+  return out;
+}
+
+} // namespace
+
 queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
   queue_claim out;
   detail::pg_array names;
   for (auto& n : req.filter.names)
     names.add(n);
+  if (!detail::shares_limits(req.queue)) {
+    // Nothing to count but this process's own: one statement, and
+    // claimers skip each other's rows.
+    in_autocommit([&](pqxx::transaction_base& w) {
+      out = {};
+      auto s = w.quote_name(schema_) + ".";
+      auto rows = w.exec_params(
+        "WITH here AS (SELECT count(*) AS n FROM " + s
+          + "runs WHERE queue_name = $1 AND status = 'PENDING' AND executor "
+            "= $2), pick AS (SELECT id, started_at IS NULL AS fresh FROM "
+          + s
+          + "runs WHERE queue_name = $1 AND status = 'ENQUEUED' AND "
+            "(not_before IS NULL OR not_before <= $3) AND name = "
+            "ANY($5::text[]) AND (app_version = '' OR app_version = $6) "
+            "ORDER BY priority, inbox_seq LIMIT GREATEST($4 - (SELECT n FROM "
+            "here), 0) FOR UPDATE SKIP LOCKED) UPDATE "
+          + s + "runs r SET status = 'PENDING', executor = $2, epoch = "
+                "r.epoch + 1, started_at = "
+          + db_clock_ms
+          + ", attempts = r.attempts + 1, wake_at = NULL, not_before = NULL, "
+            "updated_at = $3 FROM pick p WHERE r.id = p.id AND "
+          + detail::pg_holds_lease(s, "$2", "$7") + " RETURNING "
+          + run_columns_of("r") + ", p.fresh",
+        req.queue.name, req.executor, req.now_ms, std::int64_t{req.capacity},
+        names.str(), req.filter.app_version, lease());
+      for (const auto& r : rows) {
+        out.runs.push_back(detail::read_pg_run(r));
+        out.fresh.push_back(r[r.size() - 1].as<bool>());
+      }
+      if (rows.empty()) {
+        auto next = w.exec_params("SELECT min(not_before) FROM " + s
+                                    + "runs WHERE queue_name = $1 AND status "
+                                      "= 'ENQUEUED' AND not_before > $2",
+                                  req.queue.name, req.now_ms);
+        if (!next[0][0].is_null())
+          out.next_ready_ms = next[0][0].as<std::int64_t>();
+      }
+    });
+    return out;
+  }
   in_work([&](pqxx::transaction_base& w) {
     out = {};
     auto s = w.quote_name(schema_) + ".";
@@ -251,7 +312,7 @@ postgres_store::queued_heads(const std::vector<std::string>& queues) {
   detail::pg_array names;
   for (auto& n : queues)
     names.add(n);
-  in_work([&](pqxx::transaction_base& w) {
+  in_autocommit([&](pqxx::transaction_base& w) {
     out.clear();
     for (const auto& r : w.exec_params(
            "SELECT queue_name, min(COALESCE(not_before, 0)) FROM "
@@ -326,7 +387,7 @@ std::optional<run_record> postgres_store::requeue(std::string_view id,
 queue_counts postgres_store::count_queue(std::string_view queue,
                                          std::int64_t now_ms) {
   queue_counts c;
-  in_work([&](pqxx::transaction_base& w) {
+  in_autocommit([&](pqxx::transaction_base& w) {
     c = {};
     auto s = w.quote_name(schema_) + ".";
     auto name = std::string{queue};

@@ -1826,6 +1826,15 @@ void postgres_store::in_work(
   });
 }
 
+void postgres_store::in_autocommit(
+  const std::function<void(pqxx::transaction_base&)>& body) {
+  with_retry([&] {
+    pqxx::nontransaction n{*conn_};
+    body(n);
+    return 0;
+  });
+}
+
 } // namespace perdure::persistence
 
 namespace perdure::persistence::detail {

@@ -123,6 +123,9 @@ private:
   /// Runs `body` in a transaction on this connection, retried as every
   /// method is (for the methods written in other files).
   void in_work(const std::function<void(pqxx::transaction_base&)>& body);
+  /// Runs `body`'s statements each on its own (no BEGIN/COMMIT), retried.
+  void in_autocommit(
+    const std::function<void(pqxx::transaction_base&)>& body);
   /// Batches with at least this many appends go through COPY.
   static constexpr std::size_t copy_threshold = 32;
 

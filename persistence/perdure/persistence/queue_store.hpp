@@ -47,6 +47,9 @@ struct queue_claim_request {
 struct queue_claim {
   /// The items claimed, PENDING under the claimer at a new epoch.
   std::vector<run_record> runs;
+  /// Per item of `runs`: never started before, so it has no journal yet
+  /// (may be empty: unknown, load it).
+  std::vector<bool> fresh;
   /// Ready items were left because the queue's (or a partition's)
   /// concurrency is used up: they can go when a running item ends.
   bool concurrency_bound = false;

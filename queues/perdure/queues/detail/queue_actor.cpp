@@ -53,14 +53,32 @@ void claim(queue_actor* self) {
   auto& rt = st.svc->runtime();
   auto req = st.svc->claim_request(*st.q);
   auto me = caf::actor_cast<caf::actor>(self);
-  rt.control->post([me, &rt, req = std::move(req)] {
+  rt.control->post([me, &rt, q = st.q, req = std::move(req)] {
     std::int64_t claimed = -1;
     persistence::queue_claim c;
     try {
       c = rt.stores->with(
         [&](persistence::store& db) { return db.claim_queued(req); });
       claimed = static_cast<std::int64_t>(c.runs.size());
-      rt.bring_in(std::move(c.runs)); // each starts at once: a worker is idle
+      // One never started has no journal to load.
+      std::vector<std::string> ids;
+      for (std::size_t i = 0; i < c.runs.size(); ++i)
+        if (i >= c.fresh.size() || !c.fresh[i])
+          ids.push_back(c.runs[i].id);
+      std::unordered_map<std::string,
+                         std::vector<persistence::journal_entry>>
+        journals;
+      if (!ids.empty())
+        for (auto& e : rt.stores->with([&](persistence::store& db) {
+               return db.load_journals(ids);
+             }))
+          journals[e.run_id].push_back(std::move(e));
+      std::vector<claimed_item> items;
+      for (auto& run : c.runs) {
+        auto j = std::move(journals[run.id]);
+        items.push_back({std::move(run), std::move(j)});
+      }
+      queue_service::stash(*q, std::move(items));
     } catch (const std::exception& ex) {
       rt.log().warn("perdure: claiming from queue '{}' failed ({}); trying "
                     "again in a second",
@@ -69,6 +87,25 @@ void claim(queue_actor* self) {
     caf::anon_send(me, claimed_atom::value, claimed, c.concurrency_bound,
                    c.rate_wait_ms.value_or(-1), c.next_ready_ms.value_or(-1));
   });
+}
+
+/// Starts claimed items while this process has idle workers for them.
+void start_claimed(queue_actor* self) {
+  auto& st = self->state;
+  auto& rt = st.svc->runtime();
+  while (static_cast<std::int32_t>(st.held.size())
+         < st.q->opts.worker_concurrency) {
+    auto item = queue_service::take(*st.q);
+    if (!item)
+      return;
+    auto id = item->run.id;
+    auto actor = rt.spawn_run(std::move(item->run), std::move(item->journal));
+    if (actor && st.held.count(id) == 0) {
+      self->monitor(*actor);
+      st.watched[actor->address()] = id;
+      st.held[id] = *actor;
+    }
+  }
 }
 
 /// Looks again in `ms` (unless a timer comes due sooner anyway).
@@ -104,6 +141,7 @@ caf::behavior queue_behavior(queue_actor* self, queue_service* svc,
         "perdure: the worker of queue '{}' running item {} failed; the item "
         "is revived on a new one",
         st.q->name, id);
+    start_claimed(self); // its worker is free (it failed, or it sleeps)
   });
   return {
     [self](wake_atom) { claim(self); },
@@ -113,6 +151,8 @@ caf::behavior queue_behavior(queue_actor* self, queue_service* svc,
     },
     [self](held_atom, const std::string& id, const caf::actor& actor) {
       auto& st = self->state;
+      if (auto i = st.held.find(id); i != st.held.end() && i->second == actor)
+        return; // started here
       self->monitor(actor);
       st.watched[actor.address()] = id;
       st.held[id] = actor;
@@ -125,12 +165,14 @@ caf::behavior queue_behavior(queue_actor* self, queue_service* svc,
         st.watched.erase(h->second.address());
         st.held.erase(h);
       }
-      claim(self); // a worker is idle now
+      start_claimed(self); // a worker is idle now
+      claim(self);
     },
     [self](claimed_atom, std::int64_t claimed, bool bound,
            std::int64_t rate_wait_ms, std::int64_t next_ready_ms) {
       auto& st = self->state;
       st.claiming = false;
+      start_claimed(self);
       if (claimed > 0)
         st.busy_backoff_ms = 0;
       if (st.again) {

@@ -9,6 +9,7 @@
 
 #include "perdure/detail/clock.hpp"
 #include "perdure/detail/runtime_impl.hpp"
+#include "perdure/persistence/detail/queue_choice.hpp"
 #include "perdure/queues/detail/queue_actor.hpp"
 
 namespace perdure::queues::detail {
@@ -45,8 +46,26 @@ queue_service::claim_request(const queue_entry& q) const {
     req.filter.names.push_back(name);
   req.filter.app_version = rt_.cfg.app_version;
   req.now_ms = perdure::detail::now_ms();
-  req.capacity = q.opts.worker_concurrency;
+  // Claimed ahead by as many again while nothing shared limits the queue:
+  // a worker going idle starts its next item without a round trip.
+  req.capacity = q.opts.worker_concurrency
+                 * (persistence::detail::shares_limits(req.queue) ? 1 : 2);
   return req;
+}
+
+void queue_service::stash(queue_entry& q, std::vector<claimed_item> items) {
+  std::lock_guard guard{q.claimed_mtx};
+  for (auto& i : items)
+    q.claimed.push_back(std::move(i));
+}
+
+std::optional<claimed_item> queue_service::take(queue_entry& q) {
+  std::lock_guard guard{q.claimed_mtx};
+  if (q.claimed.empty())
+    return std::nullopt;
+  auto item = std::move(q.claimed.front());
+  q.claimed.pop_front();
+  return item;
 }
 
 void queue_service::start() {

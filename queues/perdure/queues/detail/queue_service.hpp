@@ -5,8 +5,10 @@
 
 #include <caf/actor.hpp>
 
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,10 +25,21 @@ class runtime_impl;
 
 namespace perdure::queues::detail {
 
+/// An item claimed here and not started yet, with its journal so far.
+struct claimed_item {
+  persistence::run_record run;
+  std::vector<persistence::journal_entry> journal;
+};
+
 /// One registered queue.
 struct queue_entry {
   std::string name;
   queue_options opts;
+  /// Items claimed ahead for workers about to be idle (queues without a
+  /// limit shared by processes only: for those, a claim takes only what
+  /// idle workers start at once).
+  std::mutex claimed_mtx;
+  std::deque<claimed_item> claimed;
   /// Its workers' threads (steps and transactions of its items).
   std::unique_ptr<perdure::detail::step_executor> pool;
   /// Its queue actor (claims, supervises its items' actors).
@@ -48,6 +61,12 @@ public:
   perdure::detail::runtime_impl& runtime() const noexcept {
     return rt_;
   }
+
+  /// Keeps `items`, claimed for `q`, until its workers take them.
+  static void stash(queue_entry& q, std::vector<claimed_item> items);
+
+  /// Returns the next item claimed for `q`, if any.
+  static std::optional<claimed_item> take(queue_entry& q);
 
   void start() override;
   void stop() override;

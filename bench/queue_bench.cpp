@@ -1,0 +1,199 @@
+// The queue scenarios of perdure-bench: dispatch throughput, the rate
+// limit as achieved, and what an idle process costs the database.
+
+#include "queue_scenarios.hpp"
+
+#include <pqxx/pqxx>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "perdure/perdure.hpp"
+#include "perdure/pqxx_session.hpp"
+#include "perdure/queues/queue.hpp"
+#include "perdure/sqlite_session.hpp"
+
+namespace perdure::bench {
+
+namespace {
+
+/// Enqueues `n` items of `workflow` (input: their number) in queue `queue`
+/// in one transaction of the application's own: they appear at once.
+/// Returns their ids.
+std::vector<std::string> enqueue_all(const test::database& db,
+                                     const std::string& queue,
+                                     const std::string& workflow, int n) {
+  std::vector<std::string> ids;
+  if (db.postgres) {
+    pqxx::connection conn{db.url};
+    pqxx::work w{conn};
+    pqxx_session s{w, db.schema};
+    for (int i = 0; i < n; ++i)
+      ids.push_back(queues::enqueue(s, queue, workflow, i));
+    w.commit();
+    return ids;
+  }
+  sqlite3* raw = nullptr;
+  auto path = db.url.substr(std::string{"sqlite://"}.size());
+  if (sqlite3_open(path.c_str(), &raw) != SQLITE_OK)
+    throw std::runtime_error("cannot open " + path);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
+  sqlite3_busy_timeout(raw, 10'000);
+  sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  sqlite_session s{raw};
+  for (int i = 0; i < n; ++i)
+    ids.push_back(queues::enqueue(s, queue, workflow, i));
+  if (sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
+    throw std::runtime_error(sqlite3_errmsg(raw));
+  return ids;
+}
+
+/// Waits until `done` reaches `n`.
+void wait_for(const std::atomic<int>& done, int n) {
+  while (done.load() < n)
+    std::this_thread::sleep_for(1ms);
+}
+
+} // namespace
+
+void queue_throughput(const options& o) {
+  auto items = o.workflows > 0 ? o.workflows : 5000;
+  auto workers = o.in_flight > 0 && o.in_flight != 256 ? o.in_flight : 10;
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  std::atomic<int> done{0};
+  rt.register_workflow("trivial", [&](workflow_context&, int n) -> task<int> {
+    ++done;
+    co_return n;
+  });
+  queues::register_queue(rt, "bench", {.worker_concurrency = workers});
+  rt.start();
+  auto t0 = bench_clock::now();
+  auto ids = enqueue_all(db, "bench", "trivial", items);
+  auto enqueued = seconds_since(t0);
+  auto t1 = bench_clock::now();
+  wait_for(done, items);
+  // Then until the last ends committed (the handle of the last item
+  // enqueued returns once its end is durable; the others' are by then or
+  // within a batch).
+  rt.retrieve_workflow<int>(ids.back()).get();
+  test::sql_client sql{db};
+  while (std::stol(sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                              + " WHERE status = 'SUCCESS'"))
+         < items)
+    std::this_thread::sleep_for(1ms);
+  auto secs = seconds_since(t1);
+  header(o)
+    .add("items", items)
+    .add("workers", workers)
+    .add("enqueue_seconds", enqueued)
+    .add("seconds", secs)
+    .add("items_per_s", items / secs)
+    .print();
+}
+
+void queue_rate(const options& o) {
+  auto items = o.workflows > 0 ? o.workflows : 1000;
+  auto limit = o.steps > 0 ? o.steps : 100;
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  std::mutex mtx;
+  std::vector<std::int64_t> starts;
+  rt.register_workflow("item", [&](workflow_context&, int n) -> task<int> {
+    {
+      std::lock_guard guard{mtx};
+      starts.push_back(test::wall_ms());
+    }
+    co_return n;
+  });
+  queues::register_queue(rt, "rated",
+                         {.worker_concurrency = 16,
+                          .rate = queues::rate_limit{limit, 1000ms}});
+  rt.start();
+  enqueue_all(db, "rated", "item", items);
+  for (;;) {
+    {
+      std::lock_guard guard{mtx};
+      if (static_cast<int>(starts.size()) >= items)
+        break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  std::lock_guard guard{mtx};
+  std::sort(starts.begin(), starts.end());
+  long most = 0;
+  for (std::size_t i = 0; i < starts.size(); ++i)
+    most = std::max<long>(most, std::upper_bound(starts.begin(), starts.end(),
+                                                 starts[i] + 999)
+                                  - (starts.begin()
+                                     + static_cast<std::ptrdiff_t>(i)));
+  // The first `limit` go at once; the rest show the rate held.
+  auto span = static_cast<double>(starts.back() - starts.front()) / 1000.0;
+  header(o)
+    .add("items", items)
+    .add("limit_per_s", limit)
+    .add("achieved_per_s", (items - limit) / std::max(span, 0.001))
+    .add("max_in_any_1s_window", static_cast<double>(most))
+    .print();
+}
+
+void queue_idle(const options& o) {
+  auto seconds = o.steps > 0 ? o.steps : 10;
+  auto db = database_for(o);
+  if (!db.postgres)
+    throw std::runtime_error("queue_idle counts statements on PostgreSQL");
+  runtime rt{runtime_config(db)};
+  rt.register_workflow("item", [](workflow_context&, int n) -> task<int> {
+    co_return n;
+  });
+  for (int q = 0; q < 5; ++q)
+    queues::register_queue(rt, "idle" + std::to_string(q));
+  rt.start();
+  std::this_thread::sleep_for(2s); // start-up statements are over
+  pqxx::connection conn{db.url};
+  pqxx::nontransaction w{conn};
+  // pg_stat_statements (the bench's cluster preloads it) counts every
+  // statement, BEGIN and COMMIT included; without it, transactions.
+  bool statements = false;
+  try {
+    w.exec("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+    w.exec("SELECT pg_stat_statements_reset()");
+    statements = true;
+  } catch (const std::exception&) {
+  }
+  auto count = [&](const char* filter) {
+    if (statements)
+      return w.exec(std::string{"SELECT COALESCE(sum(calls), 0) FROM "
+                                "pg_stat_statements WHERE dbid = (SELECT oid "
+                                "FROM pg_database WHERE datname = "
+                                "current_database()) AND query NOT LIKE "
+                                "'%pg_stat%' AND query NOT LIKE "
+                                "'%pg_database%'"}
+                    + filter)[0][0]
+        .as<double>();
+    return w.exec("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                  "WHERE datname = current_database()")[0][0]
+      .as<double>();
+  };
+  w.exec("SELECT pg_stat_clear_snapshot()");
+  auto before = count("");
+  auto queue_before = statements ? count(" AND query LIKE '%queue%'") : 0.0;
+  std::this_thread::sleep_for(std::chrono::seconds{seconds});
+  w.exec("SELECT pg_stat_clear_snapshot()");
+  auto total = count("") - before;
+  auto queue = statements ? count(" AND query LIKE '%queue%'") - queue_before
+                          : 0.0;
+  header(o)
+    .add("queues", 5)
+    .add("seconds", seconds)
+    .add("counted", statements ? "statements" : "transactions")
+    .add("statements_per_s", total / seconds)
+    .add("queue_statements_per_s", queue / seconds)
+    .print();
+}
+
+} // namespace perdure::bench
