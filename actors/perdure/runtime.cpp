@@ -958,14 +958,16 @@ void runtime_impl::revive_orphans() {
 }
 
 void runtime_impl::fenced_from(const std::string& id, std::int64_t epoch) {
-  std::lock_guard guard{active_mtx_};
-  auto i = active_.find(id);
-  if (reviving_.count(id) > 0
-      || (i != active_.end() && i->second.epoch > epoch))
-    return; // our own newer claim fenced an older copy here
-  fenced_.insert(id);
-  orphans_.erase(id);
-  queue_item_released(id);
+  {
+    std::lock_guard guard{active_mtx_};
+    auto i = active_.find(id);
+    if (reviving_.count(id) > 0
+        || (i != active_.end() && i->second.epoch > epoch))
+      return; // our own newer claim fenced an older copy here
+    fenced_.insert(id);
+    orphans_.erase(id);
+  }
+  queue_item_released(id); // outside the lock: its worker starts the next
 }
 
 bool runtime_impl::owns(const std::string& id, std::int64_t epoch) const {

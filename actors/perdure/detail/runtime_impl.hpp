@@ -90,7 +90,8 @@ public:
   /// `start()`.
   std::shared_ptr<queue_hooks> queues;
 
-  /// Tells the queues that item `id` runs here no more.
+  /// Tells the queues that item `id` runs here no more (never under
+  /// `active_mtx_`: its worker may start the next item at once).
   void queue_item_released(const std::string& id) {
     if (queues)
       queues->released(id);

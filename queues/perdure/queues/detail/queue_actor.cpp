@@ -29,7 +29,8 @@ struct queue_state {
   /// A claim runs (on a control thread); another was asked for meanwhile.
   bool claiming = false;
   bool again = false;
-  /// The actors of the items held here, watched (by address).
+  /// The actors of the items in memory here, watched: id by address, and
+  /// the actor that hosts each id now.
   std::unordered_map<caf::actor_addr, std::string> watched;
   std::unordered_map<std::string, caf::actor> held;
   /// Wait before looking again while the queue's concurrency is used up by
@@ -53,7 +54,8 @@ void claim(queue_actor* self) {
   auto& rt = st.svc->runtime();
   auto req = st.svc->claim_request(*st.q);
   auto me = caf::actor_cast<caf::actor>(self);
-  rt.control->post([me, &rt, q = st.q, req = std::move(req)] {
+  rt.control->post([me, &rt, svc = st.svc, q = st.q,
+                    req = std::move(req)] {
     std::int64_t claimed = -1;
     persistence::queue_claim c;
     try {
@@ -79,6 +81,7 @@ void claim(queue_actor* self) {
         items.push_back({std::move(run), std::move(j)});
       }
       queue_service::stash(*q, std::move(items));
+      svc->start_claimed(*q);
     } catch (const std::exception& ex) {
       rt.log().warn("perdure: claiming from queue '{}' failed ({}); trying "
                     "again in a second",
@@ -87,25 +90,6 @@ void claim(queue_actor* self) {
     caf::anon_send(me, claimed_atom::value, claimed, c.concurrency_bound,
                    c.rate_wait_ms.value_or(-1), c.next_ready_ms.value_or(-1));
   });
-}
-
-/// Starts claimed items while this process has idle workers for them.
-void start_claimed(queue_actor* self) {
-  auto& st = self->state;
-  auto& rt = st.svc->runtime();
-  while (static_cast<std::int32_t>(st.held.size())
-         < st.q->opts.worker_concurrency) {
-    auto item = queue_service::take(*st.q);
-    if (!item)
-      return;
-    auto id = item->run.id;
-    auto actor = rt.spawn_run(std::move(item->run), std::move(item->journal));
-    if (actor && st.held.count(id) == 0) {
-      self->monitor(*actor);
-      st.watched[actor->address()] = id;
-      st.held[id] = *actor;
-    }
-  }
 }
 
 /// Looks again in `ms` (unless a timer comes due sooner anyway).
@@ -141,7 +125,8 @@ caf::behavior queue_behavior(queue_actor* self, queue_service* svc,
         "perdure: the worker of queue '{}' running item {} failed; the item "
         "is revived on a new one",
         st.q->name, id);
-    start_claimed(self); // its worker is free (it failed, or it sleeps)
+    // Its worker is free (it failed, or its item sleeps out of memory).
+    st.svc->left_memory(*st.q, id);
   });
   return {
     [self](wake_atom) { claim(self); },
@@ -151,8 +136,11 @@ caf::behavior queue_behavior(queue_actor* self, queue_service* svc,
     },
     [self](held_atom, const std::string& id, const caf::actor& actor) {
       auto& st = self->state;
-      if (auto i = st.held.find(id); i != st.held.end() && i->second == actor)
-        return; // started here
+      if (auto i = st.held.find(id); i != st.held.end()) {
+        if (i->second == actor)
+          return;
+        st.watched.erase(i->second.address()); // replaced by a newer copy
+      }
       self->monitor(actor);
       st.watched[actor.address()] = id;
       st.held[id] = actor;
@@ -165,14 +153,16 @@ caf::behavior queue_behavior(queue_actor* self, queue_service* svc,
         st.watched.erase(h->second.address());
         st.held.erase(h);
       }
-      start_claimed(self); // a worker is idle now
-      claim(self);
+      // Its worker took the next item claimed ahead (see the service);
+      // look again once half of those are used up.
+      if (queue_service::waiting(*st.q)
+          < static_cast<std::size_t>(st.q->opts.worker_concurrency * 2))
+        claim(self);
     },
     [self](claimed_atom, std::int64_t claimed, bool bound,
            std::int64_t rate_wait_ms, std::int64_t next_ready_ms) {
       auto& st = self->state;
       st.claiming = false;
-      start_claimed(self);
       if (claimed > 0)
         st.busy_backoff_ms = 0;
       if (st.again) {

@@ -49,7 +49,7 @@ queue_service::claim_request(const queue_entry& q) const {
   // Claimed ahead by as many again while nothing shared limits the queue:
   // a worker going idle starts its next item without a round trip.
   req.capacity = q.opts.worker_concurrency
-                 * (persistence::detail::shares_limits(req.queue) ? 1 : 2);
+                 * (persistence::detail::shares_limits(req.queue) ? 1 : 4);
   return req;
 }
 
@@ -57,6 +57,41 @@ void queue_service::stash(queue_entry& q, std::vector<claimed_item> items) {
   std::lock_guard guard{q.claimed_mtx};
   for (auto& i : items)
     q.claimed.push_back(std::move(i));
+}
+
+void queue_service::start_claimed(queue_entry& q) {
+  for (;;) {
+    std::optional<claimed_item> item;
+    {
+      std::lock_guard guard{q.claimed_mtx};
+      if (q.claimed.empty()
+          || static_cast<std::int32_t>(q.in_memory.size())
+               >= q.opts.worker_concurrency)
+        return;
+      item = std::move(q.claimed.front());
+      q.claimed.pop_front();
+      q.in_memory.insert(item->run.id); // its worker, taken now
+    }
+    auto id = item->run.id;
+    // Spawned outside the lock: spawning calls `holding`.
+    if (!rt_.spawn_run(std::move(item->run), std::move(item->journal))) {
+      std::lock_guard guard{q.claimed_mtx};
+      q.in_memory.erase(id); // stays PENDING here: recovery finds it
+    }
+  }
+}
+
+void queue_service::left_memory(queue_entry& q, const std::string& id) {
+  {
+    std::lock_guard guard{q.claimed_mtx};
+    q.in_memory.erase(id);
+  }
+  start_claimed(q);
+}
+
+std::size_t queue_service::waiting(queue_entry& q) {
+  std::lock_guard guard{q.claimed_mtx};
+  return q.claimed.size();
 }
 
 std::optional<claimed_item> queue_service::take(queue_entry& q) {
@@ -76,6 +111,8 @@ void queue_service::start() {
     running_ = true;
     items_.clear();
     for (auto& [name, q] : queues_) {
+      q->claimed.clear();
+      q->in_memory.clear();
       q->pool = std::make_unique<perdure::detail::step_executor>(
         static_cast<std::size_t>(q->opts.worker_concurrency), &rt_);
       q->actor = spawn_queue_actor(*rt_.system, *this, *q);
@@ -165,6 +202,10 @@ void queue_service::holding(const std::string& queue, const std::string& id,
   auto i = queues_.find(queue);
   if (i == queues_.end())
     return; // another process's queue: its item runs here on our threads
+  {
+    std::lock_guard guard{i->second->claimed_mtx};
+    i->second->in_memory.insert(id);
+  }
   std::lock_guard guard{mtx_};
   if (!running_)
     return;
@@ -173,13 +214,22 @@ void queue_service::holding(const std::string& queue, const std::string& id,
 }
 
 void queue_service::released(const std::string& id) {
-  std::lock_guard guard{mtx_};
-  auto i = items_.find(id);
-  if (i == items_.end())
-    return;
-  if (running_)
-    caf::anon_send(queues_.at(i->second)->actor, released_atom::value, id);
-  items_.erase(i);
+  queue_entry* q = nullptr;
+  {
+    std::lock_guard guard{mtx_};
+    auto i = items_.find(id);
+    if (i == items_.end())
+      return;
+    q = queues_.at(i->second).get();
+    items_.erase(i);
+    if (running_)
+      caf::anon_send(q->actor, released_atom::value, id);
+  }
+  {
+    std::lock_guard guard{q->claimed_mtx};
+    q->in_memory.erase(id);
+  }
+  start_claimed(*q); // its worker takes the next item at once
 }
 
 } // namespace perdure::queues::detail

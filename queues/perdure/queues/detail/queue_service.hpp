@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "perdure/detail/queue_hooks.hpp"
@@ -38,8 +39,11 @@ struct queue_entry {
   /// Items claimed ahead for workers about to be idle (queues without a
   /// limit shared by processes only: for those, a claim takes only what
   /// idle workers start at once).
+  /// Guards `claimed` and `in_memory`.
   std::mutex claimed_mtx;
   std::deque<claimed_item> claimed;
+  /// Its items with an actor here: each holds one of its workers.
+  std::unordered_set<std::string> in_memory;
   /// Its workers' threads (steps and transactions of its items).
   std::unique_ptr<perdure::detail::step_executor> pool;
   /// Its queue actor (claims, supervises its items' actors).
@@ -67,6 +71,18 @@ public:
 
   /// Returns the next item claimed for `q`, if any.
   static std::optional<claimed_item> take(queue_entry& q);
+
+  /// Returns how many items claimed for `q` wait for a worker.
+  static std::size_t waiting(queue_entry& q);
+
+  /// Starts items claimed for `q` while it has idle workers here. From
+  /// any thread: an item's end starts the next on the thread that ended
+  /// it, without a hop through the queue actor.
+  void start_claimed(queue_entry& q);
+
+  /// Item `id` of `q` left memory without ending (it sleeps, or its actor
+  /// failed and the runtime revives it): its worker is free.
+  void left_memory(queue_entry& q, const std::string& id);
 
   void start() override;
   void stop() override;
