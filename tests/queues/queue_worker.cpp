@@ -2,7 +2,7 @@
 // "item" (steps "s0".."s<steps-1>", each logging its start and end to the
 // side table item_log with this process's pid, holding `hold` ms) and the
 // queues "rated" (20 starts per second, 8 workers), "limited" (3 at once
-// across processes, 1 per partition, 4 workers) and "jobs" (4 workers);
+// across processes, 1 per partition, 2 workers) and "jobs" (4 workers);
 // starts, prints READY and runs until SIGTERM (a clean stop) or a kill.
 //
 //   perdure-queue-worker <url> <schema> <executor>
@@ -66,8 +66,10 @@ int main(int argc, char** argv) {
   queues::register_queue(rt, "rated",
                          {.worker_concurrency = 8,
                           .rate = queues::rate_limit{20, 1000ms}});
+  // Two workers each: the limit of 3 holds only if the processes count
+  // each other's items.
   queues::register_queue(rt, "limited", {.concurrency = 3,
-                                         .worker_concurrency = 4,
+                                         .worker_concurrency = 2,
                                          .partition_concurrency = 1});
   queues::register_queue(rt, "jobs", {.worker_concurrency = 4});
   rt.start();
