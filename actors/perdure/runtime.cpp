@@ -275,7 +275,7 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     opts, [this](const std::string& notice) { on_notice(notice); });
   recover();
   objects->recover(true);
-  if (queues)
+  if (queues) // after recovery: what it claims is not this process's yet
     queues->start();
   housekeeper_ = std::make_unique<ticker>(std::chrono::milliseconds{100},
                                           [this] { housekeeping(); });
@@ -485,6 +485,13 @@ void runtime_impl::lose_lease() {
   // After active_mtx_: the directory takes its own lock, then that one.
   for (auto& actor : objects->drop_all())
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  if (queues)
+    queues->lease_lost();
+}
+
+void runtime_impl::claimed_again(const std::string& id) {
+  std::lock_guard guard{active_mtx_};
+  fenced_.erase(id);
 }
 
 void runtime_impl::regain_lease() {
@@ -579,6 +586,8 @@ void runtime_impl::shut_down() {
     control->stop();
   timers.reset();
   steps.reset();
+  if (queues)
+    queues->join();
   control.reset();
   writer.reset();
   (void)objects->drop_all(); // its actor handles go before the system

@@ -497,9 +497,11 @@ void execution::finish() {
   driver.reset();
   if (item_ && c.status == run_status::error && !abandoned) {
     // A queue item's failed attempt: back to its queue, or dead-lettered.
-    auto again = rt->queues ? rt->queues->retry_at(item_->queue,
-                                                   item_->attempts, terminal)
-                            : std::nullopt;
+    std::optional<std::int64_t> again;
+    if (rt->queues)
+      again = rt->queues->retry_at(item_->queue, item_->attempts, terminal);
+    else if (!terminal && item_->attempts < default_item_retry::max_attempts)
+      again = detail::now_ms() + default_item_retry::backoff_ms;
     if (again) {
       requeue(*again, *c.error);
       return;

@@ -13,6 +13,12 @@ namespace perdure::detail {
 
 class step_executor;
 
+/// How an item is retried in a process where its queue is not registered.
+struct default_item_retry {
+  static constexpr std::int32_t max_attempts = 3;
+  static constexpr std::int64_t backoff_ms = 1000;
+};
+
 class queue_hooks {
 public:
   virtual ~queue_hooks() = default;
@@ -22,6 +28,13 @@ public:
 
   /// The runtime stops: claim nothing more (before its actors stop).
   virtual void stop() = 0;
+
+  /// Every actor is gone: let the worker threads and actor handles go
+  /// (before the actor system does).
+  virtual void join() = 0;
+
+  /// The lease was lost: items claimed ahead are others' to run now.
+  virtual void lease_lost() = 0;
 
   /// Items may wait in `queue` (a `q:` notice).
   virtual void notice(const std::string& queue) = 0;

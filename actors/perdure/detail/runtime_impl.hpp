@@ -97,6 +97,10 @@ public:
       queues->released(id);
   }
 
+  /// Run `id` was claimed here anew (a queue item back from its queue): a
+  /// fencing of an older copy of it here no longer stands.
+  void claimed_again(const std::string& id);
+
   /// Loads the journals of `runs`, claimed by this process, and spawns
   /// their actors (passivated ones stay out of memory until due).
   void bring_in(std::vector<persistence::run_record> runs);

@@ -69,7 +69,8 @@ void postgres_store::define_queue(const queue_definition& q) {
 
 create_result postgres_store::enqueue(const run_record& item) {
   create_result result;
-  opt_param deadline{item.deadline_ms}, not_before{item.not_before_ms};
+  opt_param deadline{item.deadline_ms}, not_before{item.not_before_ms},
+    timeout{item.timeout_ms};
   in_autocommit([&](pqxx::transaction_base& w) {
     auto s = w.quote_name(schema_) + ".";
     auto cols = detail::pg_run_columns();
@@ -78,10 +79,10 @@ create_result postgres_store::enqueue(const run_record& item) {
       "WITH ins AS (INSERT INTO " + s
         + "runs (id, name, status, inputs, executor, epoch, app_version, "
           "created_at, updated_at, parent_id, deadline, queue_name, priority, "
-          "partition_key, dedup_id, not_before, inbox_seq) VALUES ($1, $2, "
-          "'ENQUEUED', $3, '', 0, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12, "
-          "nextval('"
-        + s + "inbox_seq')) ON CONFLICT DO NOTHING RETURNING "
+          "partition_key, dedup_id, not_before, inbox_seq, timeout_ms) "
+          "VALUES ($1, $2, 'ENQUEUED', $3, '', 0, $4, $5, $5, $6, $7, $8, $9, "
+          "$10, $11, $12, nextval('"
+        + s + "inbox_seq'), $14) ON CONFLICT DO NOTHING RETURNING "
         + cols + ") SELECT " + cols
         + ", pg_notify($13, 'q:' || queue_name) FROM ins",
       item.id, item.name,
@@ -90,7 +91,7 @@ create_result postgres_store::enqueue(const run_record& item) {
       item.parent_id ? item.parent_id->c_str() : nullptr, deadline.get(),
       item.queue_name, item.priority, item.partition_key,
       item.dedup_id.empty() ? nullptr : item.dedup_id.c_str(), not_before.get(),
-      detail::delivery_channel(schema_));
+      detail::delivery_channel(schema_), timeout.get());
     if (!ins.empty()) {
       result.created = true;
       result.run = detail::read_pg_run(ins[0]);
@@ -139,6 +140,21 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
   detail::pg_array names;
   for (auto& n : req.filter.names)
     names.add(n);
+  // What a claim sets: a timeout counts from the item's start.
+  auto claim_set = [&](const std::string& r, const std::string& me,
+                       const std::string& now) {
+    return "status = 'PENDING', executor = " + me + ", epoch = " + r
+           + "epoch + 1, started_at = " + db_clock_ms + ", attempts = " + r
+           + "attempts + 1, wake_at = NULL, not_before = NULL, deadline = "
+             "CASE WHEN "
+           + r + "timeout_ms IS NULL THEN " + r + "deadline ELSE " + now
+           + " + " + r + "timeout_ms END, updated_at = " + now;
+  };
+  // Items this process can run (its workflows, its app version).
+  auto runnable = [](const std::string& names, const std::string& version) {
+    return " AND name = ANY(" + names + "::text[]) AND (app_version = '' OR "
+           "app_version = " + version + ")";
+  };
   if (!detail::shares_limits(req.queue)) {
     // Nothing to count but this process's own: one statement, and
     // claimers skip each other's rows.
@@ -146,22 +162,19 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
       out = {};
       auto s = w.quote_name(schema_) + ".";
       auto rows = w.exec_params(
-        "WITH here AS (SELECT count(*) AS n FROM " + s
-          + "runs WHERE queue_name = $1 AND status = 'PENDING' AND executor "
-            "= $2), pick AS (SELECT id, started_at IS NULL AS fresh FROM "
+        "WITH pick AS (SELECT id, started_at IS NULL AS fresh FROM "
           + s
           + "runs WHERE queue_name = $1 AND status = 'ENQUEUED' AND "
-            "(not_before IS NULL OR not_before <= $3) AND name = "
-            "ANY($5::text[]) AND (app_version = '' OR app_version = $6) "
-            "ORDER BY priority, inbox_seq LIMIT GREATEST($4 - (SELECT n FROM "
-            "here), 0) FOR UPDATE SKIP LOCKED) UPDATE "
-          + s + "runs r SET status = 'PENDING', executor = $2, epoch = "
-                "r.epoch + 1, started_at = "
-          + db_clock_ms
-          + ", attempts = r.attempts + 1, wake_at = NULL, not_before = NULL, "
-            "updated_at = $3 FROM pick p WHERE r.id = p.id AND "
+            "(not_before IS NULL OR not_before <= $3)"
+          + runnable("$5", "$6")
+          + " ORDER BY priority, inbox_seq LIMIT $4 FOR UPDATE SKIP LOCKED), "
+            "upd AS (UPDATE "
+          + s + "runs r SET " + claim_set("r.", "$2", "$3")
+          + " FROM pick p WHERE r.id = p.id AND "
           + detail::pg_holds_lease(s, "$2", "$7") + " RETURNING "
-          + run_columns_of("r") + ", p.fresh",
+          + run_columns_of("r") + ", r.inbox_seq AS claim_seq, p.fresh) "
+          + "SELECT " + detail::pg_run_columns()
+          + ", fresh FROM upd ORDER BY priority, claim_seq",
         req.queue.name, req.executor, req.now_ms, std::int64_t{req.capacity},
         names.str(), req.filter.app_version, lease());
       for (const auto& r : rows) {
@@ -183,85 +196,80 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
     out = {};
     auto s = w.quote_name(schema_) + ".";
     auto& q = req.queue;
-    auto shared = detail::shares_limits(q);
     detail::queue_load load;
-    {
-      // Claimers of a queue with a shared limit take turns: what one
-      // counts, it spends.
-      auto lock = "SELECT " + std::string{db_clock_ms} + " FROM " + s
-                  + "queues WHERE name = $1 FOR UPDATE";
-      auto row = shared ? w.exec_params(lock, q.name)
-                        : w.exec(std::string{"SELECT "} + db_clock_ms);
-      if (row.empty()) { // not defined yet (by another version, say)
-        w.exec_params("INSERT INTO " + s
-                        + "queues (name, rate_period_ms, updated_at) VALUES "
-                          "($1, $2, 0) ON CONFLICT DO NOTHING",
-                      q.name, q.rate_period_ms);
-        row = w.exec_params(lock, q.name);
-      }
-      load.db_now_ms = row[0][0].as<std::int64_t>();
-      auto since = q.rate_limit
-                     ? load.db_now_ms - detail::rate_window_ms(req)
-                     : std::numeric_limits<std::int64_t>::max();
-      auto counts = w.exec_params(
-        "SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER "
-        "(WHERE started_at > $2), min(started_at) FILTER (WHERE started_at > "
-        "$2), count(*) FILTER (WHERE status = 'PENDING' AND executor = $3) "
-        "FROM "
-          + s
-          + "runs WHERE queue_name = $1 AND (status = 'PENDING' OR "
-            "started_at > $2)",
-        q.name, since, req.executor);
-      load.running = counts[0][0].as<std::int64_t>();
-      load.recent_starts = counts[0][1].as<std::int64_t>();
-      if (!counts[0][2].is_null())
-        load.oldest_recent_start = counts[0][2].as<std::int64_t>();
-      load.running_here = counts[0][3].as<std::int64_t>();
-      if (q.partition_concurrency)
-        for (const auto& r : w.exec_params(
-               "SELECT partition_key, count(*) FROM " + s
-                 + "runs WHERE queue_name = $1 AND status = 'PENDING' GROUP "
-                   "BY partition_key",
-               q.name))
-          load.running_by_partition[r[0].as<std::string>()]
-            = r[1].as<std::int64_t>();
+    // Claimers of a queue with a shared limit take turns: what one counts,
+    // it spends.
+    auto lock = "SELECT " + std::string{db_clock_ms} + " FROM " + s
+                + "queues WHERE name = $1 FOR UPDATE";
+    auto row = w.exec_params(lock, q.name);
+    if (row.empty()) { // not defined yet (by another version, say)
+      w.exec_params("INSERT INTO " + s
+                      + "queues (name, rate_period_ms, updated_at) VALUES "
+                        "($1, $2, 0) ON CONFLICT DO NOTHING",
+                    q.name, q.rate_period_ms);
+      row = w.exec_params(lock, q.name);
     }
+    load.db_now_ms = row[0][0].as<std::int64_t>();
+    load.running = w.exec_params("SELECT count(*) FROM " + s
+                                   + "runs WHERE queue_name = $1 AND status "
+                                     "= 'PENDING'",
+                                 q.name)[0][0]
+                     .as<std::int64_t>();
+    if (q.rate_limit) {
+      auto since = load.db_now_ms - detail::rate_window_ms(req);
+      auto starts = w.exec_params("SELECT count(*), min(started_at) FROM " + s
+                                    + "queue_starts WHERE queue_name = $1 AND "
+                                      "started_at > $2",
+                                  q.name, since);
+      load.recent_starts = starts[0][0].as<std::int64_t>();
+      if (!starts[0][1].is_null())
+        load.oldest_recent_start = starts[0][1].as<std::int64_t>();
+    }
+    if (q.partition_concurrency)
+      for (const auto& r : w.exec_params(
+             "SELECT partition_key, count(*) FROM " + s
+               + "runs WHERE queue_name = $1 AND status = 'PENDING' GROUP "
+                 "BY partition_key",
+             q.name))
+        load.running_by_partition[r[0].as<std::string>()]
+          = r[1].as<std::int64_t>();
     std::vector<detail::queue_candidate> candidates;
     auto add = [&](const pqxx::result& rows) {
       for (const auto& r : rows)
         candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
-                              r[2].as<std::string>(), r[3].as<std::string>()});
+                              r[2].as<std::string>(), r[3].as<std::string>(),
+                              r[4].as<bool>()});
     };
-    constexpr const char* ready
-      = "queue_name = $1 AND status = 'ENQUEUED' AND (not_before IS NULL OR "
-        "not_before <= $2)";
+    auto ready = "queue_name = $1 AND status = 'ENQUEUED' AND (not_before IS "
+                 "NULL OR not_before <= $2)"
+                 + runnable("$4", "$5");
     if (q.partition_concurrency) {
       // Each partition's head (a loose index scan over the partitions
-      // with items queued), so a busy one cannot hide the others.
+      // with items ready here), so a busy one cannot hide the others.
       add(w.exec_params(
         "WITH RECURSIVE parts(k) AS ((SELECT partition_key FROM " + s
-          + "runs WHERE queue_name = $1 AND status = 'ENQUEUED' ORDER BY "
-            "partition_key LIMIT 1) UNION ALL SELECT (SELECT r.partition_key "
-            "FROM "
-          + s
-          + "runs r WHERE r.queue_name = $1 AND r.status = 'ENQUEUED' AND "
-            "r.partition_key > p.k ORDER BY r.partition_key LIMIT 1) FROM "
+          + "runs WHERE " + ready
+          + " ORDER BY partition_key LIMIT 1) UNION ALL SELECT (SELECT "
+            "partition_key FROM "
+          + s + "runs WHERE " + ready
+          + " AND partition_key > p.k ORDER BY partition_key LIMIT 1) FROM "
             "parts p WHERE p.k IS NOT NULL) SELECT c.id, c.name, "
-            "c.app_version, c.partition_key FROM (SELECT k FROM parts WHERE k "
-            "IS NOT NULL LIMIT 1000) p CROSS JOIN LATERAL (SELECT id, name, "
-            "app_version, partition_key, priority, inbox_seq FROM "
+            "c.app_version, c.partition_key, c.fresh FROM (SELECT k FROM "
+            "parts WHERE k IS NOT NULL LIMIT 1000) p CROSS JOIN LATERAL "
+            "(SELECT id, name, app_version, partition_key, started_at IS NULL "
+            "AS fresh, priority, inbox_seq FROM "
           + s + "runs WHERE " + ready
           + " AND partition_key = p.k ORDER BY priority, inbox_seq LIMIT "
             "$3) c ORDER BY c.priority, c.inbox_seq",
-        q.name, req.now_ms, detail::heads_per_partition(req)));
+        q.name, req.now_ms, detail::heads_per_partition(req), names.str(),
+        req.filter.app_version));
     } else {
-      // Without a shared limit, claimers skip each other's rows.
-      add(w.exec_params("SELECT id, name, app_version, partition_key FROM " + s
-                          + "runs WHERE " + ready
-                          + " ORDER BY priority, inbox_seq LIMIT $3"
-                          + (shared ? "" : " FOR UPDATE SKIP LOCKED"),
-                        q.name, req.now_ms,
-                        std::int64_t{req.capacity} + 16));
+      add(w.exec_params("SELECT id, name, app_version, partition_key, "
+                        "started_at IS NULL FROM "
+                          + s + "runs WHERE " + ready
+                          + " ORDER BY priority, inbox_seq LIMIT $3",
+                        q.name, req.now_ms, std::int64_t{req.capacity},
+                        names.str(), req.filter.app_version));
     }
     auto choice = detail::choose_claims(req, load, candidates);
     out.concurrency_bound = choice.concurrency_bound;
@@ -281,11 +289,8 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
     for (auto& id : choice.ids)
       ids.add(id);
     auto claimed = w.exec_params(
-      "UPDATE " + s + "runs SET status = 'PENDING', executor = $2, epoch = "
-        "epoch + 1, started_at = " + db_clock_ms
-        + ", attempts = attempts + 1, wake_at = NULL, not_before = NULL, "
-          "updated_at = $3 WHERE id = ANY($1::text[]) AND status = 'ENQUEUED' "
-          "AND "
+      "UPDATE " + s + "runs SET " + claim_set("", "$2", "$3")
+        + " WHERE id = ANY($1::text[]) AND status = 'ENQUEUED' AND "
         + detail::pg_holds_lease(s, "$2", "$4") + " RETURNING "
         + detail::pg_run_columns(),
       ids.str(), req.executor, req.now_ms, lease());
@@ -295,10 +300,24 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
       auto id = run.id;
       by_id.emplace(std::move(id), std::move(run));
     }
-    for (auto& id : choice.ids) {
-      auto i = by_id.find(id);
-      if (i != by_id.end())
-        out.runs.push_back(std::move(i->second));
+    for (std::size_t i = 0; i < choice.ids.size(); ++i) {
+      auto found = by_id.find(choice.ids[i]);
+      if (found == by_id.end())
+        continue;
+      out.runs.push_back(std::move(found->second));
+      out.fresh.push_back(choice.fresh[i]);
+    }
+    if (q.rate_limit && !out.runs.empty()) {
+      // Each start counts (a retry's too), on the database's clock; what
+      // left every window goes.
+      w.exec_params("INSERT INTO " + s
+                      + "queue_starts (queue_name, started_at) SELECT $1, "
+                      + db_clock_ms + " FROM generate_series(1, $2)",
+                    q.name, static_cast<std::int64_t>(out.runs.size()));
+      w.exec_params("DELETE FROM " + s
+                      + "queue_starts WHERE queue_name = $1 AND started_at < "
+                        "$2",
+                    q.name, load.db_now_ms - 2 * detail::rate_window_ms(req));
     }
   });
   return out;
@@ -425,9 +444,10 @@ queue_counts postgres_store::count_queue(std::string_view queue,
       c.partitions.push_back(std::move(p));
     }
     auto more = w.exec_params(
-      "SELECT count(*) FILTER (WHERE status = 'DEAD_LETTER'), count(*) "
-      "FILTER (WHERE started_at > $2) FROM "
-        + s + "runs WHERE queue_name = $1",
+      "SELECT (SELECT count(*) FROM " + s
+        + "runs WHERE queue_name = $1 AND status = 'DEAD_LETTER'), (SELECT "
+          "count(*) FROM "
+        + s + "queue_starts WHERE queue_name = $1 AND started_at > $2)",
       name, db_now - c.limits.rate_period_ms);
     c.dead_letters = more[0][0].as<std::int64_t>();
     c.recent_starts = more[0][1].as<std::int64_t>();

@@ -32,8 +32,8 @@ struct queue_claim_request {
   claim_filter filter;
   /// The claimer's clock (ms since the epoch), for `not_before`.
   std::int64_t now_ms = 0;
-  /// The claimer's workers for this queue: it takes at most as many as
-  /// are idle (this many minus its items PENDING).
+  /// Most items to take: the claimer's idle workers for this queue (and,
+  /// without a shared limit, what it claims ahead for them).
   std::int32_t capacity = 0;
   /// The rate limit counts starts over its period plus this: an item
   /// starts running within this long of its claim (the claimer takes only

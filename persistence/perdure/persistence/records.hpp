@@ -140,6 +140,9 @@ struct run_record {
   std::optional<std::int64_t> started_at_ms;
   /// How many times it was claimed (attempts begun).
   std::int32_t attempts = 0;
+  /// Enqueue only, never read back: the item is cancelled if it has not
+  /// ended this long after it starts (each claim sets its deadline).
+  std::optional<std::int64_t> timeout_ms;
 };
 
 /// The phases of a saga run, as stored in `runs.saga_phase`.

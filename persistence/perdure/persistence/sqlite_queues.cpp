@@ -55,9 +55,9 @@ create_result sqlite_store::enqueue(const run_record& item) {
   in_write([&] {
     prepare("INSERT INTO runs (id, name, status, inputs, executor, epoch, "
             "app_version, created_at, updated_at, parent_id, deadline, "
-            "queue_name, priority, partition_key, dedup_id, not_before) "
-            "VALUES (?1, ?2, 'ENQUEUED', ?3, '', 0, ?4, ?5, ?5, ?6, ?7, ?8, "
-            "?9, ?10, ?11, ?12) ON CONFLICT DO NOTHING")
+            "queue_name, priority, partition_key, dedup_id, not_before, "
+            "timeout_ms) VALUES (?1, ?2, 'ENQUEUED', ?3, '', 0, ?4, ?5, ?5, "
+            "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING")
       .bind(1, item.id)
       .bind(2, item.name)
       .bind_blob(3, item.inputs)
@@ -71,6 +71,7 @@ create_result sqlite_store::enqueue(const run_record& item) {
       .bind_opt(11, item.dedup_id.empty() ? std::nullopt
                                           : std::optional{item.dedup_id})
       .bind_opt_int(12, item.not_before_ms)
+      .bind_opt_int(13, item.timeout_ms)
       .run();
     result.created = sqlite3_changes(db_) == 1;
     if (result.created) {
@@ -103,6 +104,14 @@ create_result sqlite_store::enqueue(const run_record& item) {
 
 queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
   queue_claim out;
+  // Items this process can run: its workflows (?6, ...), its version (?5).
+  std::string names;
+  for (std::size_t i = 0; i < req.filter.names.size(); ++i)
+    names += (i == 0 ? "?" : ", ?") + std::to_string(i + 6);
+  auto ready = "queue_name = ?1 AND status = 'ENQUEUED' AND (not_before IS "
+               "NULL OR not_before <= ?2) AND (app_version = '' OR "
+               "app_version = ?5) AND name IN ("
+               + (names.empty() ? std::string{"NULL"} : names) + ")";
   in_write([&] {
     out = {};
     auto& q = req.queue;
@@ -113,55 +122,55 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
       load.db_now_ms = now.int64(0);
       now.reset();
     }
-    {
-      auto since = q.rate_limit ? load.db_now_ms - detail::rate_window_ms(req)
-                                : std::numeric_limits<std::int64_t>::max();
-      auto& counts = prepare(
-        "SELECT count(CASE WHEN status = 'PENDING' THEN 1 END), "
-        "count(CASE WHEN started_at > ?2 THEN 1 END), min(CASE WHEN "
-        "started_at > ?2 THEN started_at END), count(CASE WHEN status = "
-        "'PENDING' AND executor = ?3 THEN 1 END) FROM runs WHERE queue_name "
-        "= ?1 AND (status = 'PENDING' OR started_at > ?2)");
-      counts.bind(1, q.name).bind(2, since).bind(3, req.executor);
-      counts.step();
-      load.running = counts.int64(0);
-      load.recent_starts = counts.int64(1);
-      if (!counts.is_null(2))
-        load.oldest_recent_start = counts.int64(2);
-      load.running_here = counts.int64(3);
-      counts.reset();
-      if (q.partition_concurrency) {
-        auto& parts = prepare("SELECT partition_key, count(*) FROM runs WHERE "
-                              "queue_name = ?1 AND status = 'PENDING' GROUP "
-                              "BY partition_key");
-        parts.bind(1, q.name);
-        while (parts.step())
-          load.running_by_partition[parts.text(0)] = parts.int64(1);
-        parts.reset();
-      }
+    auto& counts = prepare("SELECT count(*) FROM runs WHERE queue_name = ?1 "
+                           "AND status = 'PENDING'");
+    counts.bind(1, q.name);
+    counts.step();
+    load.running = counts.int64(0);
+    counts.reset();
+    if (q.rate_limit) {
+      auto& starts = prepare("SELECT count(*), min(started_at) FROM "
+                             "queue_starts WHERE queue_name = ?1 AND "
+                             "started_at > ?2");
+      starts.bind(1, q.name).bind(2,
+                                  load.db_now_ms - detail::rate_window_ms(req));
+      starts.step();
+      load.recent_starts = starts.int64(0);
+      if (!starts.is_null(1))
+        load.oldest_recent_start = starts.int64(1);
+      starts.reset();
+    }
+    if (q.partition_concurrency) {
+      auto& parts = prepare("SELECT partition_key, count(*) FROM runs WHERE "
+                            "queue_name = ?1 AND status = 'PENDING' GROUP "
+                            "BY partition_key");
+      parts.bind(1, q.name);
+      while (parts.step())
+        load.running_by_partition[parts.text(0)] = parts.int64(1);
+      parts.reset();
     }
     std::vector<detail::queue_candidate> candidates;
-    constexpr const char* ready
-      = "queue_name = ?1 AND status = 'ENQUEUED' AND (not_before IS NULL OR "
-        "not_before <= ?2)";
+    // Each partition's head (a busy partition cannot hide the others).
     auto& heads = prepare(
       q.partition_concurrency
-        ? std::string{"SELECT id, name, app_version, partition_key FROM "
-                      "(SELECT id, name, app_version, partition_key, "
-                      "priority, rowid AS seq, row_number() OVER (PARTITION BY "
-                      "partition_key ORDER BY priority, rowid) AS rn "
-                      "FROM runs WHERE "}
-            + ready
-            + ") WHERE rn <= ?3 ORDER BY priority, seq LIMIT 100000"
-        : std::string{"SELECT id, name, app_version, partition_key FROM runs "
-                      "WHERE "}
-            + ready + " ORDER BY priority, rowid LIMIT ?3");
-    heads.bind(1, q.name).bind(2, req.now_ms);
-    heads.bind(3, q.partition_concurrency ? detail::heads_per_partition(req)
-                                          : std::int64_t{req.capacity} + 16);
+        ? "SELECT id, name, app_version, partition_key, fresh FROM (SELECT "
+          "id, name, app_version, partition_key, started_at IS NULL AS "
+          "fresh, priority, rowid AS seq, row_number() OVER (PARTITION BY "
+          "partition_key ORDER BY priority, rowid) AS rn FROM runs WHERE "
+            + ready + ") WHERE rn <= ?3 ORDER BY priority, seq"
+        : "SELECT id, name, app_version, partition_key, started_at IS NULL "
+          "FROM runs WHERE "
+            + ready + " ORDER BY priority, rowid LIMIT ?4");
+    heads.bind(1, q.name).bind(2, req.now_ms).bind(5, req.filter.app_version);
+    if (q.partition_concurrency)
+      heads.bind(3, detail::heads_per_partition(req));
+    else
+      heads.bind(4, std::int64_t{req.capacity});
+    for (std::size_t i = 0; i < req.filter.names.size(); ++i)
+      heads.bind(static_cast<int>(i + 6), req.filter.names[i]);
     while (heads.step())
-      candidates.push_back(
-        {heads.text(0), heads.text(1), heads.text(2), heads.text(3)});
+      candidates.push_back({heads.text(0), heads.text(1), heads.text(2),
+                            heads.text(3), heads.int64(4) != 0});
     heads.reset();
     auto choice = detail::choose_claims(req, load, candidates);
     out.concurrency_bound = choice.concurrency_bound;
@@ -176,19 +185,35 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
         out.next_ready_ms = next.int64(0);
       next.reset();
     }
-    for (auto& id : choice.ids) {
+    for (std::size_t i = 0; i < choice.ids.size(); ++i) {
       prepare(std::string{"UPDATE runs SET status = 'PENDING', executor = "
                           "?2, epoch = epoch + 1, started_at = "}
               + db_clock_ms
               + ", attempts = attempts + 1, wake_at = NULL, not_before = "
-                "NULL, updated_at = ?3 WHERE id = ?1 AND status = 'ENQUEUED'")
-        .bind(1, id)
+                "NULL, deadline = CASE WHEN timeout_ms IS NULL THEN deadline "
+                "ELSE ?3 + timeout_ms END, updated_at = ?3 WHERE id = ?1 AND "
+                "status = 'ENQUEUED'")
+        .bind(1, choice.ids[i])
         .bind(2, req.executor)
         .bind(3, req.now_ms)
         .run();
-      if (sqlite3_changes(db_) == 1)
-        out.runs.push_back(read_run_row(id));
+      if (sqlite3_changes(db_) != 1)
+        continue;
+      out.runs.push_back(read_run_row(choice.ids[i]));
+      out.fresh.push_back(choice.fresh[i]);
+      if (q.rate_limit)
+        prepare(std::string{"INSERT INTO queue_starts (queue_name, "
+                            "started_at) VALUES (?1, "}
+                + db_clock_ms + ")")
+          .bind(1, q.name)
+          .run();
     }
+    if (q.rate_limit && !out.runs.empty())
+      prepare("DELETE FROM queue_starts WHERE queue_name = ?1 AND started_at "
+              "< ?2")
+        .bind(1, q.name)
+        .bind(2, load.db_now_ms - 2 * detail::rate_window_ms(req))
+        .run();
   });
   return out;
 }
@@ -317,9 +342,10 @@ queue_counts sqlite_store::count_queue(std::string_view queue,
       c.partitions.push_back(std::move(p));
     }
     parts.reset();
-    auto& more = prepare("SELECT count(CASE WHEN status = 'DEAD_LETTER' THEN "
-                         "1 END), count(CASE WHEN started_at > ?2 THEN 1 END) "
-                         "FROM runs WHERE queue_name = ?1");
+    auto& more = prepare("SELECT (SELECT count(*) FROM runs WHERE "
+                         "queue_name = ?1 AND status = 'DEAD_LETTER'), "
+                         "(SELECT count(*) FROM queue_starts WHERE "
+                         "queue_name = ?1 AND started_at > ?2)");
     more.bind(1, queue).bind(2, db_now - c.limits.rate_period_ms);
     more.step();
     c.dead_letters = more.int64(0);

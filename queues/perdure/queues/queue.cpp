@@ -76,7 +76,7 @@ persistence::run_record make_item(const config& cfg, std::string_view queue,
   item.app_version = cfg.app_version;
   item.created_at_ms = now;
   if (opts.timeout.count() > 0)
-    item.deadline_ms = now + opts.timeout.count();
+    item.timeout_ms = opts.timeout.count();
   item.queue_name = std::string{queue};
   item.priority = opts.priority;
   item.partition_key = opts.partition_key;
@@ -132,6 +132,8 @@ std::string detail::stage_bytes(sql_session& tx, std::string_view queue,
   auto item = make_item(cfg, queue, workflow, std::move(inputs), opts);
   auto pg = std::string_view{tx.dialect()} == "postgresql";
   auto schema = tx.perdure_schema();
+  if (pg && schema.empty())
+    schema = config{}.schema; // a session that does not say: the default
   std::string quoted = "\"";
   for (char ch : schema)
     quoted += ch == '"' ? std::string{"\"\""} : std::string{ch};
@@ -157,14 +159,14 @@ std::string detail::stage_bytes(sql_session& tx, std::string_view queue,
   auto inserted = tx.exec(
     "INSERT INTO " + table("runs")
       + " (id, name, status, inputs, executor, epoch, app_version, "
-        "created_at, updated_at, deadline, queue_name, priority, "
+        "created_at, updated_at, timeout_ms, queue_name, priority, "
         "partition_key, dedup_id, not_before"
       + (pg ? ", inbox_seq" : "") + ") VALUES ($1, $2, 'ENQUEUED', "
       + (pg ? "decode($3, 'hex')" : "CAST($3 AS BLOB)")
       + ", '', 0, '', $4, $4, $5, $6, $7, $8, $9, $10"
       + (pg ? ", nextval('" + quoted + "inbox_seq')" : std::string{})
       + ") ON CONFLICT DO NOTHING RETURNING id",
-    {item.id, item.name, bytes, item.created_at_ms, opt(item.deadline_ms),
+    {item.id, item.name, bytes, item.created_at_ms, opt(item.timeout_ms),
      item.queue_name, std::int64_t{item.priority}, item.partition_key,
      item.dedup_id.empty() ? sql_param{nullptr} : sql_param{item.dedup_id},
      opt(item.not_before_ms)});

@@ -24,7 +24,7 @@ struct queue_stats {
   std::string name;
   partition_stats total;
   std::int64_t dead_letters = 0;
-  /// Starts within the last rate period (one second without a limit).
+  /// Starts within the last rate period (rate-limited queues only).
   std::int64_t recent_starts = 0;
   /// Partitions with items waiting or running, by key.
   std::vector<partition_stats> partitions;

@@ -62,7 +62,8 @@ struct enqueue_options {
   std::string dedup_id;
   /// Not claimed before this long from now.
   std::chrono::milliseconds delay{0};
-  /// Cancelled if not ended this long after it was enqueued; zero: never.
+  /// Cancelled if not ended this long after it started (each attempt's
+  /// claim sets its deadline); zero: never.
   std::chrono::milliseconds timeout{0};
 };
 

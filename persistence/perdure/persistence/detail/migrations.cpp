@@ -135,6 +135,7 @@ std::vector<migration> sqlite_migrations() {
        "ALTER TABLE runs ADD COLUMN not_before INTEGER",
        "ALTER TABLE runs ADD COLUMN started_at INTEGER",
        "ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0",
+       "ALTER TABLE runs ADD COLUMN timeout_ms INTEGER",
        // What waits, in claiming order (priority, then as stored: rowid);
        // a partition's head.
        "CREATE INDEX runs_queued ON runs (queue_name, priority) WHERE "
@@ -142,11 +143,17 @@ std::vector<migration> sqlite_migrations() {
        "CREATE INDEX runs_queued_partition ON runs (queue_name, "
        "partition_key, priority) WHERE status = 'ENQUEUED' AND queue_name IS "
        "NOT NULL",
-       // What runs (concurrency), and what started lately (rate limit).
+       // What runs (concurrency), and the dead letters.
        "CREATE INDEX runs_queue_running ON runs (queue_name, partition_key) "
        "WHERE status = 'PENDING' AND queue_name IS NOT NULL",
-       "CREATE INDEX runs_queue_started ON runs (queue_name, started_at) "
-       "WHERE queue_name IS NOT NULL",
+       "CREATE INDEX runs_dead_letters ON runs (queue_name) WHERE status = "
+       "'DEAD_LETTER'",
+       // Every start of a rate-limited queue's items, retries included
+       // (what its limit counts); old ones are pruned by the claims.
+       "CREATE TABLE queue_starts (queue_name TEXT NOT NULL, started_at "
+       "INTEGER NOT NULL)",
+       "CREATE INDEX queue_starts_by_queue ON queue_starts (queue_name, "
+       "started_at)",
        // One item per dedup id while it is queued or running.
        "CREATE UNIQUE INDEX runs_dedup ON runs (queue_name, dedup_id) WHERE "
        "dedup_id IS NOT NULL AND status IN ('ENQUEUED', 'PENDING')",
@@ -307,6 +314,7 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "ALTER TABLE " + s + "runs ADD COLUMN started_at BIGINT",
        "ALTER TABLE " + s + "runs ADD COLUMN attempts INTEGER NOT NULL "
          "DEFAULT 0",
+       "ALTER TABLE " + s + "runs ADD COLUMN timeout_ms BIGINT",
        // What waits, in claiming order (priority, then as stored: the
        // inbox sequence numbers queue items too); a partition's head.
        "CREATE INDEX runs_queued ON " + s + "runs (queue_name, priority, "
@@ -314,11 +322,17 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "CREATE INDEX runs_queued_partition ON " + s + "runs (queue_name, "
          "partition_key, priority, inbox_seq) WHERE status = 'ENQUEUED' AND "
          "queue_name IS NOT NULL",
-       // What runs (concurrency), and what started lately (rate limit).
+       // What runs (concurrency), and the dead letters.
        "CREATE INDEX runs_queue_running ON " + s + "runs (queue_name, "
          "partition_key) WHERE status = 'PENDING' AND queue_name IS NOT NULL",
-       "CREATE INDEX runs_queue_started ON " + s + "runs (queue_name, "
-         "started_at) WHERE queue_name IS NOT NULL",
+       "CREATE INDEX runs_dead_letters ON " + s + "runs (queue_name) WHERE "
+         "status = 'DEAD_LETTER'",
+       // Every start of a rate-limited queue's items, retries included
+       // (what its limit counts); old ones are pruned by the claims.
+       "CREATE TABLE " + s + "queue_starts (queue_name TEXT NOT NULL, "
+         "started_at BIGINT NOT NULL)",
+       "CREATE INDEX queue_starts_by_queue ON " + s + "queue_starts "
+         "(queue_name, started_at)",
        // One item per dedup id while it is queued or running.
        "CREATE UNIQUE INDEX runs_dedup ON " + s + "runs (queue_name, "
          "dedup_id) WHERE dedup_id IS NOT NULL AND status IN ('ENQUEUED', "

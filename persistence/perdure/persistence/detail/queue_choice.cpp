@@ -25,8 +25,7 @@ queue_choice choose_claims(const queue_claim_request& req,
                            const queue_load& load,
                            const std::vector<queue_candidate>& candidates) {
   queue_choice out;
-  // The claimer's idle workers: an item claimed starts at once.
-  std::int64_t room = req.capacity - load.running_here;
+  std::int64_t room = req.capacity;
   if (req.queue.concurrency) {
     auto left = *req.queue.concurrency - load.running;
     if (left < room && !candidates.empty())
@@ -78,6 +77,7 @@ queue_choice choose_claims(const queue_claim_request& req,
     }
     ++taken[c.partition_key];
     out.ids.push_back(c.id);
+    out.fresh.push_back(c.fresh);
   }
   return out;
 }

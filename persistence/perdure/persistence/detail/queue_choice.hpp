@@ -20,15 +20,16 @@ struct queue_candidate {
   std::string name;
   std::string app_version;
   std::string partition_key;
+  /// Never started: no journal yet.
+  bool fresh = false;
 };
 
 /// What runs and what started lately in a queue, read under its lock.
 struct queue_load {
   /// The database's clock now (ms since the epoch).
   std::int64_t db_now_ms = 0;
-  /// PENDING items of the queue, and those of the claimer.
+  /// PENDING items of the queue.
   std::int64_t running = 0;
-  std::int64_t running_here = 0;
   /// PENDING items per partition (only with a partition limit).
   std::unordered_map<std::string, std::int64_t> running_by_partition;
   /// Starts since `db_now_ms - window_ms(req)`, and the oldest of them.
@@ -39,6 +40,8 @@ struct queue_load {
 /// The ids to claim, in claiming order, and what held the rest back.
 struct queue_choice {
   std::vector<std::string> ids;
+  /// Per id: `queue_candidate::fresh`.
+  std::vector<bool> fresh;
   bool concurrency_bound = false;
   std::optional<std::int64_t> rate_wait_ms;
 };

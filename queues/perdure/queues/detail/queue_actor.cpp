@@ -53,26 +53,35 @@ void claim(queue_actor* self) {
   st.again = false;
   auto& rt = st.svc->runtime();
   auto req = st.svc->claim_request(*st.q);
+  if (req.capacity <= 0) { // every worker busy, enough claimed ahead
+    st.claiming = false;
+    return;
+  }
   auto me = caf::actor_cast<caf::actor>(self);
   rt.control->post([me, &rt, svc = st.svc, q = st.q,
                     req = std::move(req)] {
     std::int64_t claimed = -1;
     persistence::queue_claim c;
+    std::vector<std::string> ids;
     try {
       c = rt.stores->with(
         [&](persistence::store& db) { return db.claim_queued(req); });
       claimed = static_cast<std::int64_t>(c.runs.size());
+      for (auto& run : c.runs) {
+        ids.push_back(run.id);
+        rt.claimed_again(run.id); // back from its queue: ours anew
+      }
       // One never started has no journal to load.
-      std::vector<std::string> ids;
+      std::vector<std::string> started;
       for (std::size_t i = 0; i < c.runs.size(); ++i)
         if (i >= c.fresh.size() || !c.fresh[i])
-          ids.push_back(c.runs[i].id);
+          started.push_back(c.runs[i].id);
       std::unordered_map<std::string,
                          std::vector<persistence::journal_entry>>
         journals;
-      if (!ids.empty())
+      if (!started.empty())
         for (auto& e : rt.stores->with([&](persistence::store& db) {
-               return db.load_journals(ids);
+               return db.load_journals(started);
              }))
           journals[e.run_id].push_back(std::move(e));
       std::vector<claimed_item> items;
@@ -81,11 +90,14 @@ void claim(queue_actor* self) {
         items.push_back({std::move(run), std::move(j)});
       }
       queue_service::stash(*q, std::move(items));
+      ids.clear();
       svc->start_claimed(*q);
     } catch (const std::exception& ex) {
       rt.log().warn("perdure: claiming from queue '{}' failed ({}); trying "
                     "again in a second",
                     req.queue.name, ex.what());
+      for (auto& id : ids) // claimed, then lost here: revived as orphans
+        rt.orphaned(id);
     }
     caf::anon_send(me, claimed_atom::value, claimed, c.concurrency_bound,
                    c.rate_wait_ms.value_or(-1), c.next_ready_ms.value_or(-1));

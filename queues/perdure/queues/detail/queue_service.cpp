@@ -28,11 +28,15 @@ void queue_service::add(std::string name, queue_options opts) {
   auto q = std::make_unique<queue_entry>();
   q->name = name;
   q->opts = std::move(opts);
+  // Made once here and replaced only when the runtime stopped (`join`):
+  // items recovered while the runtime starts already run their steps on it.
+  q->pool = std::make_unique<perdure::detail::step_executor>(
+    static_cast<std::size_t>(q->opts.worker_concurrency), &rt_);
   queues_.emplace(std::move(name), std::move(q));
 }
 
 persistence::queue_claim_request
-queue_service::claim_request(const queue_entry& q) const {
+queue_service::claim_request(queue_entry& q) const {
   persistence::queue_claim_request req;
   req.queue.name = q.name;
   req.queue.concurrency = q.opts.concurrency;
@@ -46,10 +50,14 @@ queue_service::claim_request(const queue_entry& q) const {
     req.filter.names.push_back(name);
   req.filter.app_version = rt_.cfg.app_version;
   req.now_ms = perdure::detail::now_ms();
-  // Claimed ahead by as many again while nothing shared limits the queue:
-  // a worker going idle starts its next item without a round trip.
-  req.capacity = q.opts.worker_concurrency
-                 * (persistence::detail::shares_limits(req.queue) ? 1 : 4);
+  // Its idle workers; claimed ahead by up to 3 times as many again while
+  // nothing shared limits the queue: a worker going idle starts its next
+  // item without a round trip.
+  std::lock_guard guard{q.claimed_mtx};
+  auto ahead = persistence::detail::shares_limits(req.queue) ? 1 : 4;
+  req.capacity = q.opts.worker_concurrency * ahead
+                 - static_cast<std::int32_t>(q.in_memory.size()
+                                             + q.claimed.size());
   return req;
 }
 
@@ -75,8 +83,11 @@ void queue_service::start_claimed(queue_entry& q) {
     auto id = item->run.id;
     // Spawned outside the lock: spawning calls `holding`.
     if (!rt_.spawn_run(std::move(item->run), std::move(item->journal))) {
-      std::lock_guard guard{q.claimed_mtx};
-      q.in_memory.erase(id); // stays PENDING here: recovery finds it
+      {
+        std::lock_guard guard{q.claimed_mtx};
+        q.in_memory.erase(id);
+      }
+      rt_.orphaned(id); // PENDING here: revived (nothing if stopping)
     }
   }
 }
@@ -109,12 +120,8 @@ void queue_service::start() {
   {
     std::lock_guard guard{mtx_};
     running_ = true;
-    items_.clear();
+    // Items recovered before this are in `items_` and `in_memory` already.
     for (auto& [name, q] : queues_) {
-      q->claimed.clear();
-      q->in_memory.clear();
-      q->pool = std::make_unique<perdure::detail::step_executor>(
-        static_cast<std::size_t>(q->opts.worker_concurrency), &rt_);
       q->actor = spawn_queue_actor(*rt_.system, *this, *q);
       defs.push_back(claim_request(*q).queue);
       poll = std::min(poll, q->opts.poll_interval);
@@ -149,6 +156,33 @@ void queue_service::stop() {
       caf::anon_send_exit(q->actor, caf::exit_reason::user_shutdown);
   // The pools stay until the service goes: items' steps may still run
   // while the runtime stops its actors; the runtime is gone by then.
+}
+
+void queue_service::join() {
+  for (auto& [name, q] : queues_) {
+    q->pool->stop(); // idle by now: every item's actor is gone
+    q->pool = std::make_unique<perdure::detail::step_executor>(
+      static_cast<std::size_t>(q->opts.worker_concurrency), &rt_);
+    q->actor = caf::actor{};
+    std::lock_guard guard{q->claimed_mtx};
+    q->claimed.clear();
+    q->in_memory.clear();
+  }
+  std::lock_guard guard{mtx_};
+  items_.clear();
+}
+
+void queue_service::lease_lost() {
+  // Every run here was dropped; what was claimed ahead is PENDING under
+  // this executor, for whoever takes it over (this process once it holds
+  // the lease again).
+  for (auto& [name, q] : queues_) {
+    std::lock_guard guard{q->claimed_mtx};
+    q->claimed.clear();
+    q->in_memory.clear();
+  }
+  std::lock_guard guard{mtx_};
+  items_.clear();
 }
 
 void queue_service::probe() {
@@ -187,8 +221,14 @@ std::optional<std::int64_t> queue_service::retry_at(const std::string& queue,
                                                     std::int32_t attempts,
                                                     bool terminal) {
   auto i = queues_.find(queue);
-  item_retry_policy policy = i == queues_.end() ? item_retry_policy{}
-                                           : i->second->opts.retry;
+  item_retry_policy policy;
+  if (i != queues_.end()) {
+    policy = i->second->opts.retry;
+  } else { // not registered here
+    policy.max_attempts = perdure::detail::default_item_retry::max_attempts;
+    policy.backoff = std::chrono::milliseconds{
+      perdure::detail::default_item_retry::backoff_ms};
+  }
   if (terminal || attempts >= policy.max_attempts)
     return std::nullopt;
   auto wait = static_cast<double>(policy.backoff.count())
@@ -207,10 +247,9 @@ void queue_service::holding(const std::string& queue, const std::string& id,
     i->second->in_memory.insert(id);
   }
   std::lock_guard guard{mtx_};
-  if (!running_)
-    return;
-  items_[id] = queue;
-  caf::anon_send(i->second->actor, held_atom::value, id, actor);
+  items_[id] = queue; // also while recovering, before `start`
+  if (running_) // its queue actor watches it
+    caf::anon_send(i->second->actor, held_atom::value, id, actor);
 }
 
 void queue_service::released(const std::string& id) {
@@ -218,8 +257,16 @@ void queue_service::released(const std::string& id) {
   {
     std::lock_guard guard{mtx_};
     auto i = items_.find(id);
-    if (i == items_.end())
+    if (i == items_.end()) {
+      // Not in memory: it may wait claimed ahead (and was cancelled).
+      for (auto& [name, entry] : queues_) {
+        std::lock_guard q_guard{entry->claimed_mtx};
+        std::erase_if(entry->claimed, [&](const claimed_item& c) {
+          return c.run.id == id;
+        });
+      }
       return;
+    }
     q = queues_.at(i->second).get();
     items_.erase(i);
     if (running_)

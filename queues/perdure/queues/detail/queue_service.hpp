@@ -60,7 +60,7 @@ public:
 
   /// Returns the claim of `q` this process makes now (capacity: its
   /// workers).
-  persistence::queue_claim_request claim_request(const queue_entry& q) const;
+  persistence::queue_claim_request claim_request(queue_entry& q) const;
 
   perdure::detail::runtime_impl& runtime() const noexcept {
     return rt_;
@@ -86,6 +86,8 @@ public:
 
   void start() override;
   void stop() override;
+  void join() override;
+  void lease_lost() override;
   void notice(const std::string& queue) override;
   perdure::detail::step_executor* steps_for(const std::string& queue) override;
   std::optional<std::int64_t> retry_at(const std::string& queue,
