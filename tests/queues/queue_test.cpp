@@ -13,7 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include <pqxx/pqxx>
+#include <sqlite3.h>
+
 #include "perdure/perdure.hpp"
+#include "perdure/pqxx_session.hpp"
+#include "perdure/sqlite_session.hpp"
 #include "perdure/queues/queue.hpp"
 #include "support/test_support.hpp"
 
@@ -459,6 +464,50 @@ TEST_F(queue_test, a_runtime_stopped_and_started_again_runs_its_queues) {
     rt.stop();
   }
   EXPECT_EQ(probe_.starts().size(), 18u);
+}
+
+TEST_F(queue_test, an_enqueue_in_the_applications_own_transaction_waits_for_its_commit) {
+  runtime rt{db_.runtime_config()};
+  register_work(rt);
+  queues::register_queue(rt, "app");
+  rt.start();
+  // The application's own connection and transaction, wrapped as a session.
+  auto in_own_transaction = [&](bool commit) {
+    if (db_.postgres) {
+      pqxx::connection conn{db_.url};
+      pqxx::work w{conn};
+      pqxx_session s{w, db_.schema};
+      auto id = queues::enqueue(s, "app", "work", item{"app", 1});
+      if (commit)
+        w.commit();
+      return id;
+    }
+    sqlite3* raw = nullptr;
+    EXPECT_EQ(sqlite3_open(db_.url.substr(std::string{"sqlite://"}.size())
+                             .c_str(),
+                           &raw),
+              SQLITE_OK);
+    std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
+    sqlite3_busy_timeout(raw, 10'000);
+    sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+    sqlite_session s{raw};
+    auto id = queues::enqueue(s, "app", "work", item{"app", 1});
+    sqlite3_exec(raw, commit ? "COMMIT" : "ROLLBACK", nullptr, nullptr,
+                 nullptr);
+    return id;
+  };
+  auto dropped = in_own_transaction(false);
+  auto kept = in_own_transaction(true);
+  EXPECT_EQ(rt.retrieve_workflow<std::string>(kept).get(30s), "app");
+  test::sql_client sql{db_};
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                       + " WHERE id = $1",
+                       {dropped}),
+            "0");
+  EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                       + " WHERE queue_name = 'app'"),
+            "1");
+  EXPECT_EQ(probe_.starts().size(), 1u);
 }
 
 } // namespace

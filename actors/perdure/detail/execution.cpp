@@ -510,6 +510,8 @@ void execution::finish() {
   }
   final_outcome = std::make_unique<run_outcome>(
     run_outcome{c.status, c.output, c.error});
+  if (item_ && rt->queues)
+    rt->queues->finishing(run_id_);
   auto me = mailbox_;
   rt->writer->submit(host_->final_write(std::move(c)),
                      [me](persistence::write_result r) {

@@ -59,6 +59,11 @@ public:
   /// Item `id` runs here no more: it ended, went back to its queue, or is
   /// owned elsewhere now.
   virtual void released(const std::string& id) = 0;
+
+  /// Item `id`'s code ended; its end is being written. A queue whose
+  /// limits are this process's alone gives its worker the next item now
+  /// (the end still counts for the shared limits until it committed).
+  virtual void finishing(const std::string& id) = 0;
 };
 
 } // namespace perdure::detail

@@ -28,6 +28,8 @@ void queue_service::add(std::string name, queue_options opts) {
   auto q = std::make_unique<queue_entry>();
   q->name = name;
   q->opts = std::move(opts);
+  q->shared = q->opts.concurrency || q->opts.partition_concurrency
+              || q->opts.rate;
   // Made once here and replaced only when the runtime stopped (`join`):
   // items recovered while the runtime starts already run their steps on it.
   q->pool = std::make_unique<perdure::detail::step_executor>(
@@ -250,6 +252,24 @@ void queue_service::holding(const std::string& queue, const std::string& id,
   items_[id] = queue; // also while recovering, before `start`
   if (running_) // its queue actor watches it
     caf::anon_send(i->second->actor, held_atom::value, id, actor);
+}
+
+void queue_service::finishing(const std::string& id) {
+  queue_entry* q = nullptr;
+  {
+    std::lock_guard guard{mtx_};
+    auto i = items_.find(id);
+    if (i == items_.end())
+      return;
+    q = queues_.at(i->second).get();
+  }
+  if (q->shared) // its claims count PENDING items: wait for the commit
+    return;
+  {
+    std::lock_guard guard{q->claimed_mtx};
+    q->in_memory.erase(id);
+  }
+  start_claimed(*q);
 }
 
 void queue_service::released(const std::string& id) {

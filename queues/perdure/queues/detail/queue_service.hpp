@@ -46,6 +46,8 @@ struct queue_entry {
   std::unordered_set<std::string> in_memory;
   /// Its workers' threads (steps and transactions of its items).
   std::unique_ptr<perdure::detail::step_executor> pool;
+  /// Whether it has a limit shared by processes (see `shares_limits`).
+  bool shared = false;
   /// Its queue actor (claims, supervises its items' actors).
   caf::actor actor;
 };
@@ -96,6 +98,7 @@ public:
   void holding(const std::string& queue, const std::string& id,
                const caf::actor& actor) override;
   void released(const std::string& id) override;
+  void finishing(const std::string& id) override;
 
 private:
   /// Looks for items nobody announced (one statement for every queue).
