@@ -44,6 +44,12 @@ struct queue_entry {
   std::deque<claimed_item> claimed;
   /// Its items with an actor here: each holds one of its workers.
   std::unordered_set<std::string> in_memory;
+  /// How fast its items end here (under `claimed_mtx`): what it claims
+  /// ahead is about a tenth of a second's worth.
+  std::int64_t ended = 0;
+  std::int64_t rate_since_ms = 0;
+  std::int64_t ended_since = 0;
+  double ends_per_s = 0;
   /// Its workers' threads (steps and transactions of its items).
   std::unique_ptr<perdure::detail::step_executor> pool;
   /// Whether it has a limit shared by processes (see `shares_limits`).
