@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "perdure/perdure.hpp"
+#include "perdure/queues/queue.hpp"
 #include "perdure/sagas/saga.hpp"
 #include "support/pg_cluster.hpp"
 #include "support/test_support.hpp"
@@ -316,92 +317,39 @@ TEST_F(outage_test, start_fails_clearly_when_the_server_stays_away) {
   }
 }
 
-} // namespace
-
-// Sagas through the same outage: every saga still ends right (failures
-// compensated, the rest succeeded) without a process restart, and each
-// transactional step and compensation left its row exactly once.
-TEST_F(outage_test, sagas_lose_no_compensation_to_a_server_down_past_the_budget) {
-  constexpr int sagas_started = 40;
-  auto& db = db_;
-  auto& pg = *pg_;
-  test::sql_client sql{db};
-  auto table = sql.table("effects");
-  sql.exec("CREATE TABLE " + table
-           + " (n BIGSERIAL PRIMARY KEY, saga TEXT NOT NULL, what TEXT NOT NULL)");
-  auto cfg = db.runtime_config("outage");
-  cfg.db_retry_budget = 1s;
-  cfg.orphan_retry = 200ms;
-  runtime rt{cfg};
-  rt.register_workflow("four", [table](workflow_context& ctx, int fail_at) -> task<int> {
-    auto id = ctx.workflow_id();
-    co_return co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
-      for (int k = 1; k <= 4; ++k) {
-        auto name = "s" + std::to_string(k);
-        auto undo = [table, id, name](sql_session& q, const int&) {
-          q.exec_params("INSERT INTO " + table + " (saga, what) VALUES ($1, $2)",
-                        id, "undo " + name);
-        };
-        co_await s.transaction(
-          name,
-          [&](sql_session& q) {
-            if (k == fail_at)
-              throw terminal_error(name + " refused");
-            std::this_thread::sleep_for(20ms);
-            q.exec_params("INSERT INTO " + table + " (saga, what) VALUES ($1, $2)",
-                          id, "do " + name);
-            return k;
-          },
-          undo);
-      }
-      co_return 0;
-    });
-  });
-  rt.start();
-  std::vector<workflow_handle<int>> started;
-  for (int n = 0; n < sagas_started; ++n)
-    started.push_back(
-      rt.start_workflow<int>("four", n % 5, {.id = "s" + std::to_string(n)}));
-  std::this_thread::sleep_for(150ms); // sagas under way
-  auto unfinished = sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
-                               + " WHERE status = 'PENDING'");
-  std::cout << "[ measured ] " << unfinished
-            << " sagas unfinished when the server stopped\n";
-  EXPECT_NE(unfinished, "0") << "the outage hit no saga: the test is void";
-  pg.stop("fast");
+TEST_F(outage_test, queue_items_lose_nothing_to_a_server_down_past_the_budget) {
+  constexpr int items = 30;
+  auto rt = make_runtime();
+  // Three at once across processes (claims under the queue row's lock),
+  // and one without shared limits (claimed ahead).
+  queues::register_queue(*rt, "limited", {.concurrency = 3,
+                                          .worker_concurrency = 4});
+  queues::register_queue(*rt, "open", {.worker_concurrency = 4});
+  rt->start();
+  std::vector<workflow_handle<long>> handles;
+  for (int n = 0; n < items; ++n)
+    handles.push_back(queues::enqueue<long>(
+      *rt, n % 2 == 0 ? "limited" : "open", "flow", n,
+      {.id = "r" + std::to_string(n)}));
+  std::this_thread::sleep_for(150ms); // items under way
+  test::sql_client sql{db_};
+  auto waiting = sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                            + " WHERE status IN ('ENQUEUED', 'PENDING')");
+  EXPECT_NE(waiting, "0") << "the outage hit no item: the test is void";
+  pg_->stop("fast");
   std::this_thread::sleep_for(3500ms); // 3.5 x the budget
-  pg.start();
-  for (int n = 0; n < sagas_started; ++n) {
-    auto& h = started[static_cast<size_t>(n)];
-    if (n % 5 == 0) {
-      EXPECT_EQ(h.get(60s), 0) << n;
-      continue;
-    }
-    try {
-      h.get(60s);
-      ADD_FAILURE() << "saga " << n << " succeeded";
-    } catch (const perdure::error& ex) {
-      EXPECT_EQ(ex.code(), errc::compensated) << n << ": " << ex.what();
-    }
-  }
-  test::sql_client after{db};
-  for (int n = 0; n < sagas_started; ++n) {
-    auto id = "s" + std::to_string(n);
-    int fail_at = n % 5;
-    std::vector<std::string> expected;
-    int last = fail_at == 0 ? 4 : fail_at - 1;
-    for (int i = 1; i <= last; ++i)
-      expected.push_back("do s" + std::to_string(i));
-    if (fail_at != 0)
-      for (int i = fail_at - 1; i >= 1; --i)
-        expected.push_back("undo s" + std::to_string(i));
-    std::vector<std::string> got;
-    for (auto& row :
-         after.exec("SELECT what FROM " + table + " WHERE saga = $1 ORDER BY n",
-                    {id})
-           .rows)
-      got.push_back(row.at(0).value_or(""));
-    EXPECT_EQ(got, expected) << id;
-  }
-  rt.stop();
+  pg_->start();
+  for (int n = 0; n < items; ++n)
+    EXPECT_EQ(handles[static_cast<size_t>(n)].get(60s), expected(n)) << n;
+  test::sql_client after{db_};
+  EXPECT_EQ(after.scalar("SELECT COUNT(*) FROM " + after.table("tx_rows")),
+            std::to_string(items))
+    << "a transactional step's rows exist exactly once";
+  std::lock_guard guard{mtx_};
+  for (auto& [key, count] : executions_)
+    EXPECT_LE(count, 2) << key.first << " step " << key.second;
+  EXPECT_EQ(executions_.size(), static_cast<size_t>(items * (steps - 1)));
+  rt->stop();
 }
+
+} // namespace
