@@ -123,15 +123,6 @@ std::size_t queue_service::waiting(queue_entry& q) {
   return q.claimed.size();
 }
 
-std::optional<claimed_item> queue_service::take(queue_entry& q) {
-  std::lock_guard guard{q.claimed_mtx};
-  if (q.claimed.empty())
-    return std::nullopt;
-  auto item = std::move(q.claimed.front());
-  q.claimed.pop_front();
-  return item;
-}
-
 void queue_service::start() {
   std::vector<persistence::queue_definition> defs;
   auto poll = std::chrono::milliseconds::max();

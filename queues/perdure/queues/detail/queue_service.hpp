@@ -77,9 +77,6 @@ public:
   /// Keeps `items`, claimed for `q`, until its workers take them.
   static void stash(queue_entry& q, std::vector<claimed_item> items);
 
-  /// Returns the next item claimed for `q`, if any.
-  static std::optional<claimed_item> take(queue_entry& q);
-
   /// Returns how many items claimed for `q` wait for a worker.
   static std::size_t waiting(queue_entry& q);
 
