@@ -39,6 +39,18 @@ std::optional<std::int64_t> widen(const std::optional<std::int32_t>& x) {
   return *x;
 }
 
+/// What sends item `id` back to queue `queue` ends with: its journal from
+/// its first failed step on forgotten, the queue told (on commit).
+void back_in_queue(pqxx::transaction_base& w, const std::string& schema,
+                   const std::string& id, const std::string& queue) {
+  auto journal = w.quote_name(schema) + ".journal";
+  w.exec_params("DELETE FROM " + journal + " WHERE run_id = $1 AND "
+                  + detail::retried_journal_condition(journal, "$1"),
+                id);
+  w.exec_params("SELECT pg_notify($1, $2)", detail::delivery_channel(schema),
+                "q:" + queue);
+}
+
 std::optional<std::int32_t> opt_int(const pqxx::field& f) {
   if (f.is_null())
     return std::nullopt;
@@ -359,13 +371,8 @@ bool postgres_store::retry_item(const fence& owner, std::string_view id,
       std::string{id}, owner.executor, owner.epoch, not_before_ms, error,
       at_ms, lease());
     done = !res.empty();
-    if (!done)
-      return;
-    w.exec_params("DELETE FROM " + s + "journal WHERE run_id = $1 AND "
-                    + detail::retried_journal_condition(s + "journal", "$1"),
-                  std::string{id});
-    w.exec_params("SELECT pg_notify($1, $2)", detail::delivery_channel(schema_),
-                  "q:" + res[0][0].as<std::string>());
+    if (done)
+      back_in_queue(w, schema_, std::string{id}, res[0][0].as<std::string>());
   });
   return done;
 }
@@ -388,11 +395,7 @@ std::optional<run_record> postgres_store::requeue(std::string_view id,
       if (res.empty())
         return;
       out = detail::read_pg_run(res[0]);
-      w.exec_params("DELETE FROM " + s + "journal WHERE run_id = $1 AND "
-                      + detail::retried_journal_condition(s + "journal", "$1"),
-                    std::string{id});
-      w.exec_params("SELECT pg_notify($1, $2)",
-                    detail::delivery_channel(schema_), "q:" + out->queue_name);
+      back_in_queue(w, schema_, out->id, out->queue_name);
     });
   } catch (const pqxx::unique_violation&) {
     throw perdure::error(errc::conflicting_id,
@@ -403,14 +406,14 @@ std::optional<run_record> postgres_store::requeue(std::string_view id,
   return out;
 }
 
-queue_counts postgres_store::count_queue(std::string_view queue,
+queue_stats postgres_store::count_queue(std::string_view queue,
                                          std::int64_t now_ms) {
-  queue_counts c;
+  queue_stats c;
   in_autocommit([&](pqxx::transaction_base& w) {
     c = {};
     auto s = w.quote_name(schema_) + ".";
     auto name = std::string{queue};
-    c.limits.name = name;
+    c.name = name;
     auto def = w.exec_params("SELECT concurrency, partition_concurrency, "
                              "rate_limit, rate_period_ms, "
                                + std::string{db_clock_ms} + " FROM " + s
@@ -433,7 +436,7 @@ queue_counts postgres_store::count_queue(std::string_view queue,
              + "runs WHERE queue_name = $1 AND status IN ('ENQUEUED', "
                "'PENDING') GROUP BY partition_key ORDER BY partition_key",
            name, now_ms)) {
-      queue_partition_counts p;
+      partition_stats p;
       p.partition_key = r[0].as<std::string>();
       p.ready = r[1].as<std::int64_t>();
       p.delayed = r[2].as<std::int64_t>();

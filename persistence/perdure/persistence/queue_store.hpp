@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "perdure/persistence/records.hpp"
+#include "perdure/queue_stats.hpp"
 
 namespace perdure::persistence {
 
@@ -62,30 +63,6 @@ struct queue_claim {
   std::optional<std::int64_t> next_ready_ms;
 };
 
-/// One partition's (or a whole queue's) counts.
-struct queue_partition_counts {
-  std::string partition_key;
-  /// ENQUEUED and ready to claim now.
-  std::int64_t ready = 0;
-  /// ENQUEUED with a `not_before` still ahead (delayed, or backing off).
-  std::int64_t delayed = 0;
-  /// PENDING (claimed and not ended; sleeping ones too).
-  std::int64_t running = 0;
-  /// Ready items the stored limits hold back now.
-  std::int64_t throttled = 0;
-};
-
-/// What operators see of a queue.
-struct queue_counts {
-  queue_definition limits;
-  queue_partition_counts total;
-  std::int64_t dead_letters = 0;
-  /// Starts within the last rate period.
-  std::int64_t recent_starts = 0;
-  /// Per partition with an item ENQUEUED or PENDING, by key.
-  std::vector<queue_partition_counts> partitions;
-};
-
 /// Queues: items are runs with a queue name, ENQUEUED until claimed. One
 /// role of `store`.
 class queue_store {
@@ -130,7 +107,7 @@ public:
     = 0;
 
   /// Returns queue `queue`'s counts (`now_ms`: what is ready).
-  virtual queue_counts count_queue(std::string_view queue,
+  virtual queue_stats count_queue(std::string_view queue,
                                    std::int64_t now_ms)
     = 0;
 };

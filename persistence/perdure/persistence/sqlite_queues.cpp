@@ -297,12 +297,12 @@ std::optional<run_record> sqlite_store::requeue(std::string_view id,
   return out;
 }
 
-queue_counts sqlite_store::count_queue(std::string_view queue,
+queue_stats sqlite_store::count_queue(std::string_view queue,
                                        std::int64_t now_ms) {
-  queue_counts c;
+  queue_stats c;
   retried([&] {
     c = {};
-    c.limits.name = std::string{queue};
+    c.name = std::string{queue};
     auto db_now = now_ms;
     auto& def = prepare(std::string{"SELECT concurrency, "
                                     "partition_concurrency, rate_limit, "
@@ -331,7 +331,7 @@ queue_counts sqlite_store::count_queue(std::string_view queue,
       "partition_key");
     parts.bind(1, queue).bind(2, now_ms);
     while (parts.step()) {
-      queue_partition_counts p;
+      partition_stats p;
       p.partition_key = parts.text(0);
       p.ready = parts.int64(1);
       p.delayed = parts.int64(2);

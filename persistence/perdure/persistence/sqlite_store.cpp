@@ -473,19 +473,17 @@ void sqlite_store::notify(std::string_view payload) {
 void sqlite_store::notice_in(std::string_view payload) {
   // No NOTIFY: another process sharing the file polls this table
   // (`delivery_listener`). Old notices go now and then.
-  {
-    auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                 std::chrono::system_clock::now().time_since_epoch())
-                 .count();
-    prepare("INSERT INTO notices (payload, created_at) VALUES (?1, ?2)")
-      .bind(1, payload)
-      .bind(2, std::int64_t{now})
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  prepare("INSERT INTO notices (payload, created_at) VALUES (?1, ?2)")
+    .bind(1, payload)
+    .bind(2, std::int64_t{now})
+    .run();
+  if (sqlite3_last_insert_rowid(db_) % 256 == 0)
+    prepare("DELETE FROM notices WHERE created_at < ?1")
+      .bind(1, std::int64_t{now - 60'000})
       .run();
-    if (sqlite3_last_insert_rowid(db_) % 256 == 0)
-      prepare("DELETE FROM notices WHERE created_at < ?1")
-        .bind(1, std::int64_t{now - 60'000})
-        .run();
-  }
 }
 
 std::vector<std::pair<std::int64_t, std::string>>

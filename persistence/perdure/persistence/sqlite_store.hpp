@@ -118,7 +118,7 @@ public:
                   std::int64_t at_ms) override;
   std::optional<run_record> requeue(std::string_view id,
                                     std::int64_t at_ms) override;
-  queue_counts count_queue(std::string_view queue,
+  queue_stats count_queue(std::string_view queue,
                            std::int64_t now_ms) override;
 
 private:

@@ -209,21 +209,9 @@ queue_stats stats(client& c, std::string_view queue) {
     throw perdure::error(errc::not_running, "the runtime is not running");
   perdure::detail::check_name("queue name", queue);
   runtime_impl::client_call call{rt};
-  auto counts = rt.stores->with([&](persistence::store& db) {
+  return rt.stores->with([&](persistence::store& db) {
     return db.count_queue(queue, perdure::detail::now_ms());
   });
-  auto convert = [](const persistence::queue_partition_counts& p) {
-    return partition_stats{p.partition_key, p.ready, p.delayed, p.running,
-                           p.throttled};
-  };
-  queue_stats out;
-  out.name = std::string{queue};
-  out.total = convert(counts.total);
-  out.dead_letters = counts.dead_letters;
-  out.recent_starts = counts.recent_starts;
-  for (auto& p : counts.partitions)
-    out.partitions.push_back(convert(p));
-  return out;
 }
 
 void requeue(client& c, const std::string& id) {

@@ -86,7 +86,7 @@ queue_choice choose_claims(const queue_claim_request& req,
 
 namespace perdure::persistence::detail {
 
-void count_throttled(queue_counts& c) {
+void count_throttled(queue_stats& c) {
   auto& q = c.limits;
   auto all = (q.concurrency && c.total.running >= *q.concurrency)
              || (q.rate_limit && c.recent_starts >= *q.rate_limit);

@@ -74,7 +74,7 @@ namespace perdure::persistence::detail {
 /// Fills in the `throttled` counts of `c` from its stored limits: ready
 /// items of a partition at its limit, and every ready item while the
 /// queue's concurrency or rate is used up.
-void count_throttled(queue_counts& c);
+void count_throttled(queue_stats& c);
 
 /// The journal rule of a retried or requeued item: entries from its first
 /// step or transaction that failed (past its retries, or terminally) on

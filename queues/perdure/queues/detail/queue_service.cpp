@@ -14,6 +14,24 @@
 
 namespace perdure::queues::detail {
 
+namespace {
+
+/// Queue `name`'s limits as the store takes them.
+persistence::queue_definition definition(const std::string& name,
+                                         const queue_options& opts) {
+  persistence::queue_definition d;
+  d.name = name;
+  d.concurrency = opts.concurrency;
+  d.partition_concurrency = opts.partition_concurrency;
+  if (opts.rate) {
+    d.rate_limit = opts.rate->limit;
+    d.rate_period_ms = opts.rate->period.count();
+  }
+  return d;
+}
+
+} // namespace
+
 queue_service::queue_service(perdure::detail::runtime_impl& rt) : rt_(rt) {
 }
 
@@ -28,8 +46,7 @@ void queue_service::add(std::string name, queue_options opts) {
   auto q = std::make_unique<queue_entry>();
   q->name = name;
   q->opts = std::move(opts);
-  q->shared = q->opts.concurrency || q->opts.partition_concurrency
-              || q->opts.rate;
+  q->shared = persistence::detail::shares_limits(definition(name, q->opts));
   // Made once here and replaced only when the runtime stopped (`join`):
   // items recovered while the runtime starts already run their steps on it.
   q->pool = std::make_unique<perdure::detail::step_executor>(
@@ -40,13 +57,7 @@ void queue_service::add(std::string name, queue_options opts) {
 persistence::queue_claim_request
 queue_service::claim_request(queue_entry& q) const {
   persistence::queue_claim_request req;
-  req.queue.name = q.name;
-  req.queue.concurrency = q.opts.concurrency;
-  req.queue.partition_concurrency = q.opts.partition_concurrency;
-  if (q.opts.rate) {
-    req.queue.rate_limit = q.opts.rate->limit;
-    req.queue.rate_period_ms = q.opts.rate->period.count();
-  }
+  req.queue = definition(q.name, q.opts);
   req.executor = rt_.cfg.executor_id;
   for (auto& [name, entry] : rt_.workflows)
     req.filter.names.push_back(name);
@@ -132,7 +143,7 @@ void queue_service::start() {
     // Items recovered before this are in `items_` and `in_memory` already.
     for (auto& [name, q] : queues_) {
       q->actor = spawn_queue_actor(*rt_.system, *this, *q);
-      defs.push_back(claim_request(*q).queue);
+      defs.push_back(definition(name, q->opts));
       poll = std::min(poll, q->opts.poll_interval);
     }
   }
