@@ -103,12 +103,27 @@ protected:
 
 TEST_F(object_crash_test, sigkilled_holders_apply_every_call_exactly_once) {
   std::mt19937 rng{std::random_device{}()};
-  std::uniform_int_distribution<int> delay_ms{30, 400};
+  // Timed by replies, not from READY: a delay of its own let the first
+  // process finish every call before its kill now and then (1 run in 7),
+  // leaving nothing in flight for any kill. The k-th process dies once
+  // about (k + 1) / (kills + 1) of the calls were answered (a reply again
+  // for those answered before), so each kill hits other calls.
+  std::uniform_int_distribution<int> delay_ms{0, 20};
   constexpr int kills = 4;
   int interrupted = 0;
   for (int k = 0; k < kills; ++k) {
     object_worker w{db_, "holder"};
     ASSERT_TRUE(w.wait_for("READY", 60s)) << w.output();
+    auto replies = [&] {
+      std::size_t n = 0;
+      for (auto at = w.output().find("\nR "); at != std::string::npos;
+           at = w.output().find("\nR ", at + 1))
+        ++n;
+      return n;
+    };
+    auto target = static_cast<std::size_t>((k + 1) * calls / (kills + 1));
+    while (replies() < target && !w.wait_for("DONE", 5ms)) {
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds{delay_ms(rng)});
     w.sigkill();
     collect(w);
