@@ -849,8 +849,13 @@ runtime_impl::spawn_run(persistence::run_record run,
     return std::nullopt;
   }
   std::lock_guard guard{active_mtx_};
-  if (!running_ || lease_lost_ || fenced_.count(run.id) > 0)
+  if (!running_ || lease_lost_)
     return std::nullopt;
+  if (auto f = fenced_.find(run.id); f != fenced_.end()) {
+    if (run.owner.epoch <= f->second)
+      return std::nullopt;
+    fenced_.erase(f);
+  }
   auto i = active_.find(run.id);
   if (i != active_.end()) {
     // Two spawns of one run race (a start or a recovery, and a revival's
@@ -973,7 +978,8 @@ void runtime_impl::fenced_from(const std::string& id, std::int64_t epoch) {
     if (reviving_.count(id) > 0
         || (i != active_.end() && i->second.epoch > epoch))
       return; // our own newer claim fenced an older copy here
-    fenced_.insert(id);
+    auto& at = fenced_[id];
+    at = std::max(at, epoch);
     orphans_.erase(id);
   }
   queue_item_released(id); // outside the lock: its worker starts the next

@@ -363,8 +363,11 @@ private:
   std::unordered_set<std::string> reviving_;
   /// Sagas asked to cancel while being revived (`active_mtx_`).
   std::unordered_set<std::string> cancels_pending_;
-  /// Runs this process lost to another one: never run or revived again.
-  std::unordered_set<std::string> fenced_;
+  /// Runs this process lost, with the epoch its copy had when fenced:
+  /// never revived again, and never run again at that epoch or an older
+  /// one (a claim of our own at a newer epoch -- a recovery racing a
+  /// takeover at start -- is the run's owner and runs).
+  std::unordered_map<std::string, std::int64_t> fenced_;
   /// Runs to revive (with whether their actor crashed), and when
   /// housekeeping may next try (steady clock).
   std::unordered_map<std::string, bool> orphans_;
