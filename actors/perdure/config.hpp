@@ -81,6 +81,11 @@ struct config {
   /// checkpoint failed past `db_retry_budget`, its actor threw) is revived;
   /// while the store keeps failing, tries back off up to 8 times this.
   std::chrono::milliseconds orphan_retry{500};
+  /// How often the process looks for its own PENDING work with no actor
+  /// here (a claim whose commit reply was lost, a load that failed after a
+  /// claim): one count over an index; work missing at two looks in a row
+  /// is brought back.
+  std::chrono::milliseconds stranded_check{10'000};
 
   /// Returns the defaults overridden by the environment:
   /// `PERDURE_DATABASE_URL`, `PERDURE_SCHEMA`, `PERDURE_EXECUTOR_ID`,

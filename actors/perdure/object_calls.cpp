@@ -65,8 +65,8 @@ std::string client::invoke(std::string_view type, std::string_view key,
   auto& rt = *impl_;
   if (!rt.running())
     throw error(errc::not_running, "start() the runtime before calling objects");
-  detail::check_name("object type", type);
-  detail::check_name("object key", key);
+  detail::check_key("object type", type);
+  detail::check_key("object key", key);
   detail::check_name("handler name", handler);
   if (!rt.client_mode) {
     auto t = rt.object_types.find(std::string{type});
@@ -88,8 +88,10 @@ std::string client::invoke(std::string_view type, std::string_view key,
   run.id = opts.idempotency_key.empty()
              ? detail::random_id()
              : idempotent_id(type, key, opts.idempotency_key);
-  if (!opts.idempotency_key.empty())
+  if (!opts.idempotency_key.empty()) {
+    detail::check_key("idempotency key", opts.idempotency_key);
     detail::check_name("idempotency key", run.id);
+  }
   run.name = std::string{handler};
   run.inputs = std::move(inputs);
   run.app_version = rt.cfg.app_version;
@@ -181,8 +183,8 @@ std::string client::schedule_call(std::string_view type, std::string_view key,
                                   std::string_view handler, std::string inputs,
                                   std::chrono::milliseconds delay,
                                   call_options opts) {
-  detail::check_name("object type", type);
-  detail::check_name("object key", key);
+  detail::check_key("object type", type);
+  detail::check_key("object key", key);
   detail::check_name("handler name", handler);
   if (!impl_->client_mode) {
     auto t = impl_->object_types.find(std::string{type});
@@ -226,7 +228,7 @@ void runtime::add_internal_workflows() {
 detail::object_entry& runtime::add_object(
   std::string type,
   std::function<std::unique_ptr<detail::state_box>()> make_state) {
-  detail::check_name("object type", type);
+  detail::check_key("object type", type);
   if (impl_->running())
     throw error(errc::invalid_argument,
                 "register object type '" + type + "' before start()");

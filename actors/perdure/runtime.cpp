@@ -39,8 +39,17 @@ void detail::check_name(std::string_view what, std::string_view name) {
                   + std::to_string(name.size()) + " bytes)");
 }
 
-namespace {
+void detail::check_key(std::string_view what, std::string_view name) {
+  check_name(what, name);
+  if (!persistence::is_valid_key(name, max_name_length))
+    throw error(errc::invalid_argument,
+                std::string{what}
+                  + " must not contain the control characters 0x1E or 0x1F "
+                    "(Perdure's separators of types, keys and idempotency "
+                    "keys)");
+}
 
+namespace {
 
 /// Returns now + `timeout` on the steady clock, saturated (a timeout of
 /// `milliseconds::max()` means never).
@@ -190,9 +199,21 @@ void runtime_impl::start() {
     filter_.names.push_back(name);
   filter_.app_version = cfg.app_version;
   {
+    // A runtime object started again: nothing of its last life counts
+    // (its timers and its takeover job went with it).
     std::lock_guard guard{active_mtx_};
     lease_lost_ = false;
     fenced_.clear();
+    armed_deadlines_.clear();
+    deadline_retries_.clear();
+    orphans_.clear();
+    orphans_busy_ = false;
+    orphan_backoff_ = std::chrono::milliseconds{0};
+    stranded_suspects_.clear();
+    stranded_busy_ = false;
+    stranded_due_ = std::chrono::steady_clock::now() + cfg.stranded_check;
+    taking_over_ = false;
+    take_over_again_ = false;
   }
   try {
     // First the lease: a second process with this id changes nothing.
@@ -259,9 +280,13 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   timers = std::make_unique<timer_service>(clock, [this](const timer& t) {
     if (t.seq == deadline_seq) {
       std::lock_guard guard{active_mtx_};
-      armed_deadlines_.erase(t.run_id);
+      if (auto i = armed_deadlines_.find(t.run_id);
+          i != armed_deadlines_.end() && i->second == t.due_ms)
+        armed_deadlines_.erase(i);
       if (running_)
-        control->post([this, id = t.run_id] { deadline_passed(id); });
+        control->post([this, id = t.run_id, due = t.due_ms] {
+          deadline_passed(id, due);
+        });
     } else
       wake(t.run_id, t.seq);
   });
@@ -379,8 +404,17 @@ void runtime_impl::bring_in(std::vector<persistence::run_record> runs) {
     std::vector<std::string> ids;
     for (auto i = first; i < last; ++i)
       ids.push_back(runs[i].id);
-    auto entries = stores->with(
-      [&](persistence::store& db) { return db.load_journals(ids); });
+    std::vector<persistence::journal_entry> entries;
+    try {
+      entries = stores->with(
+        [&](persistence::store& db) { return db.load_journals(ids); });
+    } catch (...) {
+      // Claimed, so PENDING here, and nobody else looks at them: they are
+      // this process's orphans, revived (claim and load again) soon.
+      for (auto i = first; i < runs.size(); ++i)
+        orphaned(runs[i].id);
+      throw;
+    }
     std::unordered_map<std::string, std::vector<persistence::journal_entry>>
       journals;
     for (auto& e : entries)
@@ -545,6 +579,8 @@ void runtime_impl::stop() {
       std::lock_guard guard{callbacks_mtx_};
       callbacks = std::move(callbacks_);
     }
+    if (callbacks && callbacks->on_own_thread()) // stop() in a callback
+      end_callbacks::stop_from_own_thread(std::move(callbacks));
     callbacks.reset(); // before the stores it reads
   }
   if (client_mode) {
@@ -638,10 +674,11 @@ void runtime_impl::sweep() {
   }
 }
 
-void runtime_impl::deadline_passed(const std::string& id) {
+void runtime_impl::deadline_passed(const std::string& id, std::int64_t due_ms) {
   try {
-    auto runs = stores->with(
-      [&](persistence::store& db) { return db.cancel_run(id, clock->now_ms()); });
+    auto runs = stores->with([&](persistence::store& db) {
+      return db.cancel_run(id, clock->now_ms(), due_ms);
+    });
     if (!runs.empty())
       log().info("perdure: run {} passed its deadline: cancelled", id);
     apply_cancel(runs);
@@ -655,7 +692,7 @@ void runtime_impl::deadline_passed(const std::string& id) {
     if (deadline_retries_.empty())
       deadline_retry_due_ = std::chrono::steady_clock::now()
                             + std::chrono::seconds{1};
-    deadline_retries_.insert(id);
+    deadline_retries_[id] = due_ms;
   }
 }
 
@@ -733,8 +770,13 @@ std::optional<caf::actor> runtime_impl::spawn_object(object_activation a) {
 void runtime_impl::invocation_started(const std::string& id, caf::actor actor,
                                       std::uint32_t exec, std::int64_t epoch) {
   std::lock_guard guard{active_mtx_};
-  if (running_)
-    active_[id] = active_run{std::move(actor), 0, epoch, exec};
+  if (!running_)
+    return;
+  // A claim of the key at a newer epoch than a fencing of this invocation
+  // here (a lease regained, the key claimed again): that copy is ours.
+  if (auto f = fenced_.find(id); f != fenced_.end() && f->second < epoch)
+    fenced_.erase(f);
+  active_[id] = active_run{std::move(actor), 0, epoch, exec};
 }
 
 bool runtime_impl::is_active(const std::string& id) const {
@@ -880,8 +922,11 @@ runtime_impl::spawn_run(persistence::run_record run,
 }
 
 void runtime_impl::arm_deadline(const std::string& id, std::int64_t due_ms) {
-  if (armed_deadlines_.insert(id).second)
-    timers->schedule({due_ms, id, deadline_seq});
+  auto [i, fresh] = armed_deadlines_.try_emplace(id, due_ms);
+  if (!fresh && i->second == due_ms)
+    return;
+  i->second = due_ms; // a new attempt's deadline: the old timer is stale
+  timers->schedule({due_ms, id, deadline_seq});
 }
 
 void runtime_impl::check_lease() const {
@@ -936,16 +981,93 @@ void runtime_impl::housekeeping() {
     return;
   auto now = std::chrono::steady_clock::now();
   if (!deadline_retries_.empty() && now >= deadline_retry_due_) {
-    for (auto& id : deadline_retries_)
-      control->post([this, id] { deadline_passed(id); });
+    for (auto& [id, due] : deadline_retries_)
+      control->post([this, id, due] { deadline_passed(id, due); });
     deadline_retries_.clear();
   }
   if (objects_due)
     control->post([this] { objects->revive_due(); });
+  if (!stranded_busy_ && !lease_lost_ && now >= stranded_due_) {
+    stranded_busy_ = true;
+    control->post([this] { check_stranded(); });
+  }
   if (orphans_.empty() || orphans_busy_ || now < orphans_due_)
     return;
   orphans_busy_ = true;
   control->post([this] { revive_orphans(); });
+}
+
+void runtime_impl::check_stranded() {
+  struct next_check {
+    runtime_impl& rt;
+    ~next_check() {
+      std::lock_guard guard{rt.active_mtx_};
+      rt.stranded_busy_ = false;
+      rt.stranded_due_ = std::chrono::steady_clock::now() + rt.cfg.stranded_check;
+    }
+  } next{*this};
+  try {
+    // What this process holds or is about to: actors, revivals, orphans
+    // due for one, items claimed ahead of their workers.
+    std::unordered_set<std::string> ahead;
+    auto held = [&] {
+      ahead.clear();
+      if (queues)
+        queues->claimed_ahead(ahead);
+      std::lock_guard guard{active_mtx_};
+      return active_.size() + reviving_.size() + orphans_.size()
+             + ahead.size();
+    };
+    auto now = clock->now_ms();
+    auto stored = stores->with([&](persistence::store& db) {
+      return db.count_awake_pending(cfg.executor_id, now);
+    });
+    if (stored <= static_cast<std::int64_t>(held())) {
+      std::lock_guard guard{active_mtx_};
+      stranded_suspects_.clear();
+      return;
+    }
+    auto listed = stores->with([&](persistence::store& db) {
+      return db.list_awake_pending(cfg.executor_id, now);
+    });
+    (void)held(); // the claimed-ahead items as of now
+    std::vector<persistence::awake_pending> missing;
+    {
+      std::lock_guard guard{active_mtx_};
+      if (!running_ || lease_lost_)
+        return;
+      std::unordered_map<std::string, std::int64_t> suspects;
+      for (auto& p : listed) {
+        if (active_.count(p.id) > 0 || reviving_.count(p.id) > 0
+            || orphans_.count(p.id) > 0 || ahead.count(p.id) > 0)
+          continue;
+        if (auto f = fenced_.find(p.id); f != fenced_.end() && p.epoch <= f->second)
+          continue; // lost to another process, which claims it anew
+        auto s = stranded_suspects_.find(p.id);
+        if (s != stranded_suspects_.end() && s->second == p.epoch)
+          missing.push_back(std::move(p));
+        else
+          suspects.emplace(p.id, p.epoch);
+      }
+      stranded_suspects_ = std::move(suspects);
+    }
+    if (missing.empty())
+      return;
+    log().warn("perdure: executor '{}' holds {} PENDING runs or calls with no "
+               "actor (a claim whose commit reply was lost, or a load that "
+               "failed after its claim); bringing them back",
+               cfg.executor_id, missing.size());
+    for (auto& p : missing) {
+      if (p.object_type.empty())
+        revive(p.id);
+      else if (object_types.count(p.object_type) > 0)
+        objects->reclaim(p.object_type, p.object_key);
+    }
+  } catch (const std::exception& ex) {
+    log().warn("perdure: looking for stranded work failed ({}); trying again "
+               "later",
+               ex.what());
+  }
 }
 
 void runtime_impl::revive_orphans() {

@@ -16,7 +16,8 @@ end_callbacks::~end_callbacks() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) // not when its own thread deletes it
+    thread_.join();
 }
 
 void end_callbacks::add(const std::string& id, std::function<void()> done) {
@@ -56,7 +57,26 @@ end_callbacks::read_ended(const std::vector<std::string>& ids) {
   return out;
 }
 
+void end_callbacks::stop_from_own_thread(std::unique_ptr<end_callbacks> self) {
+  std::lock_guard guard{self->mtx_};
+  self->stopping_ = true;
+  self->delete_itself_ = true;
+  self->thread_.detach();
+  (void)self.release(); // the thread's now
+}
+
 void end_callbacks::loop() {
+  run();
+  bool delete_itself = false;
+  {
+    std::lock_guard guard{mtx_};
+    delete_itself = delete_itself_;
+  }
+  if (delete_itself)
+    delete this; // nothing of it is touched after this
+}
+
+void end_callbacks::run() {
   std::unique_lock guard{mtx_};
   auto next_poll = std::chrono::steady_clock::now();
   while (!stopping_) {
@@ -89,13 +109,20 @@ void end_callbacks::loop() {
     }
     guard.unlock();
     for (auto& f : due) {
+      std::string threw;
       try {
         f();
       } catch (const std::exception& ex) {
-        rt_.log().error("perdure: a when_done callback threw: {}", ex.what());
+        threw = ex.what();
       } catch (...) {
-        rt_.log().error("perdure: a when_done callback threw");
+        threw = "an exception not derived from std::exception";
       }
+      guard.lock();
+      if (stopping_)
+        return; // stopped (maybe by f, maybe with its runtime gone)
+      guard.unlock();
+      if (!threw.empty())
+        rt_.log().error("perdure: a when_done callback threw: {}", threw);
     }
     guard.lock();
   }

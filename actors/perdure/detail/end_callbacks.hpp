@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -35,8 +36,20 @@ public:
   /// Run `id` ended here.
   void ended(const std::string& id);
 
+  /// Returns whether the caller is this service's thread (a callback).
+  bool on_own_thread() const {
+    return std::this_thread::get_id() == thread_.get_id();
+  }
+
+  /// Stops `self` from a callback on its own thread (one that stops the
+  /// runtime, or drops its last client), which cannot join itself: no
+  /// callback runs after the one under way, and the thread deletes the
+  /// service when that one returns.
+  static void stop_from_own_thread(std::unique_ptr<end_callbacks> self);
+
 private:
   void loop();
+  void run();
   /// Returns the ids of `ids` whose runs ended, by the store.
   std::vector<std::string> read_ended(const std::vector<std::string>& ids);
 
@@ -46,6 +59,8 @@ private:
   std::unordered_map<std::string, std::vector<std::function<void()>>> pending_;
   std::unordered_set<std::string> ended_;
   bool stopping_ = false;
+  /// Stopped from its own thread: the thread deletes the service.
+  bool delete_itself_ = false;
   std::thread thread_;
 };
 

@@ -508,6 +508,7 @@ void execution::finish() {
     }
     c.status = run_status::dead_letter;
   }
+  host_->settle_end(c);
   final_outcome = std::make_unique<run_outcome>(
     run_outcome{c.status, c.output, c.error});
   if (item_ && rt->queues)

@@ -68,8 +68,15 @@ public:
     return nullptr;
   }
 
-  /// Returns the write that ends the run (`c`, its final status): an
-  /// object's host adds the state the invocation leaves.
+  /// Settles the run's end before anyone hears of it: an object's host
+  /// encodes the state the invocation leaves, and turns the end into an
+  /// ERROR if it cannot be stored (too large, not encodable).
+  virtual void settle_end(persistence::completion_write& c) {
+    (void)c;
+  }
+
+  /// Returns the write that ends the run (`c`, its final status, as
+  /// settled): an object's host adds the state the invocation leaves.
   virtual persistence::write final_write(persistence::completion_write c) {
     return c;
   }

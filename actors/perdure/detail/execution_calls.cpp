@@ -86,9 +86,10 @@ void execution::start_call() {
       return report(persistence::outcome::terminal,
                     "object type '" + call.object_type + "' has no handler '"
                       + persistence::valid_text(call.name) + "'");
-    if (!persistence::is_valid_name(call.object_key))
+    if (!persistence::is_valid_key(call.object_key))
       return report(persistence::outcome::terminal,
-                    "object keys must be 1 to 255 bytes of UTF-8 without NUL");
+                    "object keys must be 1 to 255 bytes of UTF-8 without NUL "
+                    "or the control characters 0x1E and 0x1F");
     auto to = rt->objects->prepare(call);
     auto type_key = std::make_pair(call.object_type, call.object_key);
     create_child_run(

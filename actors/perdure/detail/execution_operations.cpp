@@ -201,7 +201,8 @@ void execution::create_child_run(
     if (result->created) {
       start(result->run);
     } else if (result->run.name != child.name
-               || result->run.inputs != child.inputs
+               // An undo run takes the undone run's inputs when created.
+               || (child.undo_of.empty() && result->run.inputs != child.inputs)
                || result->run.parent_id != child.parent_id) {
       return report(persistence::outcome::terminal,
                     "child id '" + child.id + "' already names another run");

@@ -79,7 +79,10 @@ struct invocation final : execution_host {
                                          std::string& inputs,
                                          persistence::encoding enc) override;
 
+  void settle_end(persistence::completion_write& c) override;
   persistence::write final_write(persistence::completion_write c) override;
+  /// The state this invocation leaves, encoded by `settle_end`.
+  std::optional<std::string> end_state;
 
   bool may_passivate() const override {
     return false; // it holds the key while it waits
@@ -139,6 +142,9 @@ struct object_host {
   void deliver(tagged_run_message& m);
   /// Invocation `inv` ended (committed or not).
   void finished(std::unique_ptr<invocation> inv);
+  /// Queues claimed invocation `run`, known to the runtime from now on (a
+  /// cancel reaches it; the stranded-work check sees it held).
+  void hold(persistence::run_record run);
   void take_inbox();
   /// Leaves memory; `revive`: the key's invocations may be left, so it is
   /// claimed again soon.
@@ -166,22 +172,42 @@ std::string invocation::held_key() const {
   return obj->type + '\x1f' + obj->key;
 }
 
+void invocation::settle_end(persistence::completion_write& c) {
+  if (c.status != run_status::success || shared)
+    return;
+  try {
+    auto state = obj->state->encode(obj->rt->cfg.payload_encoding);
+    auto limit = obj->rt->cfg.max_payload_bytes;
+    if (state.size() <= limit) {
+      end_state = std::move(state);
+      return;
+    }
+    // Refused like an oversized input: the call fails, the state stays as
+    // it was (never a write that fails for ever).
+    c.error = "the state of " + obj->type + " '" + obj->key + "' would be "
+              + std::to_string(state.size())
+              + " bytes after this call, over the limit of "
+              + std::to_string(limit)
+              + " (config::max_payload_bytes): the call was refused and the "
+                "state left as it was; keep large data elsewhere";
+  } catch (const std::exception& ex) {
+    c.error = std::string{"the state could not be encoded: "} + ex.what();
+  }
+  c.status = run_status::error;
+  c.output.reset();
+}
+
 persistence::write invocation::final_write(persistence::completion_write c) {
   persistence::invocation_commit i;
   i.object_type = obj->type;
   i.object_key = obj->key;
   i.checks_base = !shared;
   i.base_version = obj->next_base; // what it ran on
-  if (c.status == run_status::success && !shared) {
-    try {
-      i.state = obj->state->encode(obj->rt->cfg.payload_encoding);
-      ++obj->next_base;
-      obj->written = *i.state;
-    } catch (const std::exception& ex) {
-      c.status = run_status::error;
-      c.output.reset();
-      c.error = std::string{"the state could not be encoded: "} + ex.what();
-    }
+  if (end_state) {
+    i.state = std::move(end_state);
+    end_state.reset();
+    ++obj->next_base;
+    obj->written = *i.state;
   }
   if (!i.state && !shared && !obj->unreadable) {
     try {
@@ -218,7 +244,7 @@ void object_host::init(object_activation a) {
     if (run.recovery_attempts > rt->cfg.max_recovery_attempts)
       give_up(std::move(run));
     else
-      queue.push_back(std::move(run));
+      hold(std::move(run));
   }
   run_next();
 }
@@ -353,6 +379,12 @@ void object_host::finished(std::unique_ptr<invocation> inv) {
   run_next();
 }
 
+void object_host::hold(persistence::run_record run) {
+  rt->invocation_started(run.id, caf::actor_cast<caf::actor>(self),
+                         runtime_impl::queued_exec, owner.epoch);
+  queue.push_back(std::move(run));
+}
+
 void object_host::take_inbox() {
   if (taking_inbox) {
     inbox_again = true;
@@ -418,6 +450,12 @@ void object_host::on(object_message& message) {
       h.run_next();
     }
     void operator()(inbox_news& m) {
+      if (m.reclaim) {
+        h.doomed = true; // claimed again, with whatever it missed
+        if (!h.current && h.committing.empty() && h.readers.empty())
+          h.leave(true);
+        return;
+      }
       if (m.handed)
         ++h.received; // counted as handed (see object_directory::reach)
       h.take_inbox();
@@ -429,7 +467,7 @@ void object_host::on(object_message& message) {
         return;
       }
       for (auto& run : *m.runs)
-        h.queue.push_back(std::move(run));
+        h.hold(std::move(run));
       if (std::exchange(h.inbox_again, false))
         h.take_inbox();
       h.run_next();
@@ -528,6 +566,10 @@ void hand_invocation(const caf::actor& object, persistence::run_record run) {
 
 void cancel_queued(const caf::actor& object, std::string run_id) {
   caf::anon_send(object, object_message{queued_cancel{std::move(run_id)}});
+}
+
+void tell_reclaim(const caf::actor& object) {
+  caf::anon_send(object, object_message{inbox_news{false, true}});
 }
 
 void tell_inbox_news(const caf::actor& object) {

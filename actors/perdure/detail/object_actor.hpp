@@ -38,4 +38,8 @@ void cancel_queued(const caf::actor& object, std::string run_id);
 /// Tells the key's actor that invocations were stored ENQUEUED for it.
 void tell_inbox_news(const caf::actor& object);
 
+/// Tells key actor `object` to leave so that its key is claimed again (see
+/// `object_directory::reclaim`).
+void tell_reclaim(const caf::actor& object);
+
 } // namespace perdure::detail

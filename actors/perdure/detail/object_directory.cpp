@@ -55,6 +55,18 @@ void object_directory::deliver(const std::optional<caf::actor>& to,
   reach(run.object_type, run.object_key, true);
 }
 
+void object_directory::reclaim(const std::string& type,
+                               const std::string& key) {
+  {
+    std::lock_guard guard{mtx_};
+    if (auto i = active_.find(id_of(type, key)); i != active_.end()) {
+      tell_reclaim(i->second.actor); // it leaves; the key is claimed again
+      return;
+    }
+  }
+  reach(type, key, false);
+}
+
 void object_directory::reach(const std::string& type, const std::string& key,
                              bool announce) {
   auto id = id_of(type, key);

@@ -41,6 +41,11 @@ public:
   /// or, if `announce`, tells the process holding it.
   void reach(const std::string& type, const std::string& key, bool announce);
 
+  /// An invocation of the key is PENDING under this process and no actor
+  /// here holds it: the key is claimed again (its actor here, if any,
+  /// leaves first), which takes every unended invocation of it.
+  void reclaim(const std::string& type, const std::string& key);
+
   /// Claims the keys with unended invocations that nobody live holds, and
   /// this process's own with invocations unseen; `at_start`: all of its
   /// own (nothing of them runs here yet).

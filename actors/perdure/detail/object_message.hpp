@@ -23,6 +23,10 @@ struct invocation_arrived {
 /// `handed`: sent by the directory (counted for passivation), not a retry.
 struct inbox_news {
   bool handed = true;
+  /// What the store holds for the key is unsure here (an invocation of it
+  /// is PENDING under this process unseen): leave once nothing runs, so
+  /// that the key is claimed again with all of it.
+  bool reclaim = false;
 };
 
 /// What taking the ENQUEUED invocations found; nothing if the key is no

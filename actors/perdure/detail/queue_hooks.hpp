@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 namespace perdure::detail {
 
@@ -64,6 +65,9 @@ public:
   /// limits are this process's alone gives its worker the next item now
   /// (the end still counts for the shared limits until it committed).
   virtual void finishing(const std::string& id) = 0;
+  /// Adds the ids of the items claimed here and waiting for a worker
+  /// (PENDING here with no actor yet, on purpose) to `ids`.
+  virtual void claimed_ahead(std::unordered_set<std::string>& ids) = 0;
 };
 
 } // namespace perdure::detail

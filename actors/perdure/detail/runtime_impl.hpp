@@ -47,6 +47,10 @@ std::string random_id();
 /// says which, for the message).
 void check_name(std::string_view what, std::string_view name);
 
+/// `check_name` for object types, keys and idempotency keys: also without
+/// Perdure's separators (see `persistence::is_valid_key`).
+void check_key(std::string_view what, std::string_view name);
+
 class runtime_impl {
 public:
   /// `client`: a client-only process (see `perdure::client`): no actors,
@@ -174,8 +178,10 @@ public:
   /// (a delivery from another process while passivated).
   void sweep();
 
-  /// Run `id`'s deadline came: cancels it (on the step executor).
-  void deadline_passed(const std::string& id);
+  /// Run `id`'s deadline `due_ms` came: cancels it if that is still its
+  /// deadline (on the control executor; a queue item's later attempt has
+  /// its own).
+  void deadline_passed(const std::string& id, std::int64_t due_ms);
 
   /// Run `id` was cancelled in the store: stops its actor, if any.
   void cancelled(const std::string& id);
@@ -260,8 +266,14 @@ public:
   void take_over(std::optional<std::string> only = std::nullopt);
 
   /// Housekeeping, every 100 ms: revives orphaned runs, retries failed
-  /// deadline cancellations.
+  /// deadline cancellations, looks for stranded work now and then.
   void housekeeping();
+
+  /// Looks for this executor's PENDING runs and invocations that should be
+  /// in memory and have no actor here (on the control executor): a count
+  /// over an index, and only if it says something is missing, the list;
+  /// what is missing at two looks in a row is brought back.
+  void check_stranded();
 
   /// Returns this runtime instance's random id (tells its own notices from
   /// those of another process using the same executor id).
@@ -374,16 +386,23 @@ private:
   /// The lease lapsed and others took over: nothing here runs or claims
   /// until it is acquired again (see heartbeat).
   bool lease_lost_ = false;
-  /// Runs whose deadline timer is armed (one timer per run, however often
-  /// it is spawned).
-  std::unordered_set<std::string> armed_deadlines_;
+  /// Runs whose deadline timer is armed, with its due time (one timer per
+  /// deadline, however often the run is spawned; a queue item's next
+  /// attempt has a new deadline, and a timer of its own).
+  std::unordered_map<std::string, std::int64_t> armed_deadlines_;
   /// Runs whose deadline passed but whose cancellation failed (the store
-  /// failed): housekeeping tries again a second later, on real time.
-  std::unordered_set<std::string> deadline_retries_;
+  /// failed), with that deadline: housekeeping tries again a second later,
+  /// on real time.
+  std::unordered_map<std::string, std::int64_t> deadline_retries_;
   std::chrono::steady_clock::time_point deadline_retry_due_{};
   std::chrono::steady_clock::time_point orphans_due_{};
   std::chrono::milliseconds orphan_backoff_{0};
   bool orphans_busy_ = false;
+  /// Work found without an actor at the last stranded check, with its
+  /// epoch (brought back if still so at the next one).
+  std::unordered_map<std::string, std::int64_t> stranded_suspects_;
+  std::chrono::steady_clock::time_point stranded_due_{};
+  bool stranded_busy_ = false;
   bool running_ = false;
   std::size_t client_calls_ = 0;
   std::condition_variable clients_done_;

@@ -45,6 +45,18 @@ public:
   /// (`delivered_while_passivated`): a sweep revives those not in memory.
   virtual std::vector<std::string> awake_runs(std::string_view executor) = 0;
 
+  /// Returns how many PENDING runs and invocations of `executor` should be
+  /// in its memory at `now_ms` (not passivated, or due): one index range,
+  /// the cheap half of the stranded-work check.
+  virtual std::int64_t count_awake_pending(std::string_view executor,
+                                           std::int64_t now_ms)
+    = 0;
+
+  /// Returns those runs and invocations (the check's second half, only
+  /// when the count says something is missing).
+  virtual std::vector<awake_pending>
+  list_awake_pending(std::string_view executor, std::int64_t now_ms) = 0;
+
   /// Returns the sagas of `executor` asked to cancel and still going
   /// forward: a sweep signals them again (a notice may have been lost).
   virtual std::vector<std::string> signalled_sagas(std::string_view executor)

@@ -15,23 +15,13 @@
 
 namespace perdure::persistence {
 
+using detail::opt_param;
+
 namespace {
 
 /// The database's clock in ms since the epoch, as SQL.
 constexpr const char* db_clock_ms
   = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
-
-/// An optional number as a libpqxx 6 parameter (null `const char*`).
-struct opt_param {
-  explicit opt_param(const std::optional<std::int64_t>& x)
-    : text(x ? std::to_string(*x) : std::string{}), set(x.has_value()) {
-  }
-  const char* get() const {
-    return set ? text.c_str() : nullptr;
-  }
-  std::string text;
-  bool set;
-};
 
 std::optional<std::int64_t> widen(const std::optional<std::int32_t>& x) {
   if (!x)
@@ -222,10 +212,16 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
       row = w.exec_params(lock, q.name);
     }
     load.db_now_ms = row[0][0].as<std::int64_t>();
-    load.running = w.exec_params("SELECT count(*) FROM " + s
-                                   + "runs WHERE queue_name = $1 AND status "
-                                     "= 'PENDING'",
-                                 q.name)[0][0]
+    // Running: PENDING items of live processes, and those of gone ones
+    // this process takes over (it can run them). Items nobody live can
+    // run (another app version, a workflow no process has) hold nothing.
+    auto running = "queue_name = $1 AND status = 'PENDING' AND (executor IN "
+                   "(SELECT id FROM " + s
+                   + "executors WHERE state = 'live') OR (TRUE"
+                   + runnable("$2", "$3") + "))";
+    load.running = w.exec_params("SELECT count(*) FROM " + s + "runs WHERE "
+                                   + running,
+                                 q.name, names.str(), req.filter.app_version)[0][0]
                      .as<std::int64_t>();
     if (q.rate_limit) {
       auto since = load.db_now_ms - detail::rate_window_ms(req);
@@ -239,10 +235,9 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
     }
     if (q.partition_concurrency)
       for (const auto& r : w.exec_params(
-             "SELECT partition_key, count(*) FROM " + s
-               + "runs WHERE queue_name = $1 AND status = 'PENDING' GROUP "
-                 "BY partition_key",
-             q.name))
+             "SELECT partition_key, count(*) FROM " + s + "runs WHERE "
+               + running + " GROUP BY partition_key",
+             q.name, names.str(), req.filter.app_version))
         load.running_by_partition[r[0].as<std::string>()]
           = r[1].as<std::int64_t>();
     std::vector<detail::queue_candidate> candidates;

@@ -361,21 +361,30 @@ void postgres_store::connect() {
                  "THEN 0 ELSE $4::bigint END WHERE id = $1 AND executor = $2 "
                  "AND epoch = $3 AND status = 'PENDING'");
   // The run and its PENDING descendants (none below a compensating saga:
-  // those are its compensations' calls): sagas going forward are
+  // those are its compensations' calls; below a saga going forward, only
+  // child sagas: a plain child or call is what a step in flight waits
+  // for, which finishes and is compensated): sagas going forward are
   // signalled (due at once if passivated), compensating ones left alone,
   // other runs end. One UPDATE whose CASEs PostgreSQL evaluates on the row
   // as it is once locked: a phase committed meanwhile is seen. The run's
   // own parent, if it is passivated (waiting for this end, maybe), is
   // marked delivered.
   auto ends = std::string{"(saga_phase IS NULL OR saga_phase = 'DONE')"};
+  // A deadline timer ($3) cancels only the attempt it was armed for (also
+  // re-checked on the locked row: a retry may have put the item back).
+  auto at_deadline = std::string{
+    "($3::bigint IS NULL OR (status = 'PENDING' AND deadline = $3))"};
   c->prepare("cancel_run",
              "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM " + s
                + "runs WHERE id = $1 AND (status = 'PENDING' OR (status = "
-                 "'ENQUEUED' AND queue_name IS NOT NULL)) UNION SELECT r.id, "
+                 "'ENQUEUED' AND (queue_name IS NOT NULL OR object_key IS NOT "
+                 "NULL))) AND " + at_deadline
+               + " UNION SELECT r.id, "
                  "r.saga_phase FROM "
                + s
                + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
-                 "'PENDING' AND t.phase IS DISTINCT FROM 'COMPENSATING'), "
+                 "'PENDING' AND t.phase IS DISTINCT FROM 'COMPENSATING' AND NOT "
+                 "(t.phase = 'FORWARD' AND r.saga_phase IS NULL)), "
                  "changed AS (UPDATE "
                + s + "runs SET status = CASE WHEN " + ends
                + " THEN 'CANCELLED' ELSE status END, error = CASE WHEN " + ends
@@ -386,8 +395,8 @@ void postgres_store::connect() {
                  "cancel_requested_at, $2) END, updated_at = CASE WHEN " + ends
                + " THEN $2 ELSE updated_at END WHERE id IN (SELECT id FROM "
                  "tree) AND status IN ('PENDING', 'ENQUEUED') AND saga_phase "
-                 "IS DISTINCT "
-                 "FROM 'COMPENSATING' RETURNING id, parent_id, status), "
+                 "IS DISTINCT FROM 'COMPENSATING' AND (id <> $1 OR "
+               + at_deadline + ") RETURNING id, parent_id, status), "
                  "woken AS (UPDATE "
                + s
                + "runs p SET wake_at = 0 FROM changed c WHERE c.id = $1 AND "
@@ -414,8 +423,9 @@ void postgres_store::connect() {
   c->prepare("copy_journal_for_undo",
              "INSERT INTO " + s
                + "journal (run_id, seq, kind, name, outcome, payload, error, "
-                 "created_at) SELECT $1, seq, kind, name, outcome, payload, "
-                 "error, created_at FROM "
+                 "created_at) SELECT $1, seq, kind, "
+               + detail::undo_entry_name("$2::text", "$1::text")
+               + ", outcome, payload, error, created_at FROM "
                + s + "journal WHERE run_id = $2 AND seq < COALESCE((SELECT "
                      "min(seq) FROM "
                + s
@@ -706,13 +716,15 @@ bool postgres_store::set_wake_at(const fence& owner, std::string_view run_id,
   });
 }
 
-std::vector<cancelled_run> postgres_store::cancel_run(std::string_view run_id,
-                                                      std::int64_t at_ms) {
+std::vector<cancelled_run>
+postgres_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
+                           std::optional<std::int64_t> deadline_ms) {
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
     std::vector<cancelled_run> runs;
-    for (const auto& row :
-         w.exec_prepared("cancel_run", std::string{run_id}, at_ms))
+    detail::opt_param deadline{deadline_ms};
+    for (const auto& row : w.exec_prepared("cancel_run", std::string{run_id},
+                                           at_ms, deadline.get()))
       runs.push_back({row[0].as<std::string>(), row[1].as<bool>()});
     return runs;
   });
@@ -859,6 +871,45 @@ postgres_store::awake_runs(std::string_view executor) {
     for (const auto& row : t.exec_prepared("awake_runs", std::string{executor}))
       ids.push_back(row[0].as<std::string>());
     return ids;
+  });
+}
+
+namespace {
+
+/// PENDING work of executor $1 that should be in memory at $2 (the
+/// runs_pending index: executor, status PENDING).
+constexpr const char* awake_pending_where
+  = "runs WHERE executor = $1 AND status = 'PENDING' AND (wake_at IS NULL "
+    "OR wake_at <= $2)";
+
+} // namespace
+
+std::int64_t postgres_store::count_awake_pending(std::string_view executor,
+                                                 std::int64_t now_ms) {
+  return with_retry([&] {
+    pqxx::read_transaction t{*conn_};
+    return t
+      .exec_params("SELECT count(*) FROM " + t.quote_name(schema_) + "."
+                     + awake_pending_where,
+                   std::string{executor}, now_ms)[0][0]
+      .as<std::int64_t>();
+  });
+}
+
+std::vector<awake_pending>
+postgres_store::list_awake_pending(std::string_view executor,
+                                   std::int64_t now_ms) {
+  return with_retry([&] {
+    pqxx::read_transaction t{*conn_};
+    std::vector<awake_pending> out;
+    for (const auto& row : t.exec_params(
+           "SELECT id, epoch, COALESCE(object_type, ''), COALESCE(object_key, "
+           "'') FROM "
+             + t.quote_name(schema_) + "." + awake_pending_where,
+           std::string{executor}, now_ms))
+      out.push_back({row[0].as<std::string>(), row[1].as<std::int64_t>(),
+                     row[2].as<std::string>(), row[3].as<std::string>()});
+    return out;
   });
 }
 

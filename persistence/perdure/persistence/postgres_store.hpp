@@ -55,8 +55,9 @@ public:
                                  const claim_filter& filter) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
-  std::vector<cancelled_run> cancel_run(std::string_view run_id,
-                                      std::int64_t at_ms) override;
+  std::vector<cancelled_run>
+  cancel_run(std::string_view run_id, std::int64_t at_ms,
+             std::optional<std::int64_t> deadline_ms) override;
   resolve_result resolve(const resolution& r) override;
   std::optional<journal_entry> deliver(const fence& owner,
                                        journal_entry checkpoint,
@@ -64,6 +65,10 @@ public:
   std::optional<resolution> get_resolution(std::string_view id) override;
   void notify(std::string_view payload) override;
   std::vector<std::string> awake_runs(std::string_view executor) override;
+  std::int64_t count_awake_pending(std::string_view executor,
+                                   std::int64_t now_ms) override;
+  std::vector<awake_pending>
+  list_awake_pending(std::string_view executor, std::int64_t now_ms) override;
   std::vector<std::string> signalled_sagas(std::string_view executor) override;
   bool send_message(std::string_view run_id, std::string_view topic,
                     std::string_view payload, std::int64_t at_ms) override;

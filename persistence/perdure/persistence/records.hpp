@@ -156,6 +156,17 @@ inline constexpr const char* compensating = "COMPENSATING";
 inline constexpr const char* done = "DONE";
 } // namespace saga_phase
 
+/// A PENDING run or invocation of an executor that should be in its
+/// memory (not passivated, or due): what the stranded-work check compares
+/// with what the process holds.
+struct awake_pending {
+  std::string id;
+  std::int64_t epoch = 0;
+  /// Set for an invocation (its key's actor holds it).
+  std::string object_type;
+  std::string object_key;
+};
+
 /// A cancellation's effect on one run of the cancelled tree.
 struct cancelled_run {
   std::string id;

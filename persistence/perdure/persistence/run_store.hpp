@@ -60,16 +60,22 @@ public:
                            std::optional<std::int64_t> wake_at_ms)
     = 0;
 
-  /// Cancels a PENDING run (or an ENQUEUED queue item) and its PENDING
+  /// Cancels a PENDING run (or an ENQUEUED queue item or invocation) and
+  /// its PENDING
   /// descendants (no fence:
-  /// cancellation comes from anywhere; none below a compensating saga). A
+  /// cancellation comes from anywhere; none below a compensating saga, and
+  /// below a saga going forward only its child sagas). A
   /// saga going forward is signalled: `cancel_requested` set (and, if
   /// passivated, due at once), status kept; a compensating saga is left
   /// alone; any other run (a saga done included) ends CANCELLED. Marks the run's parent `delivered_while_passivated` if it is
   /// passivated and the run ended. Returns the runs cancelled or signalled,
-  /// empty if `run_id` was not PENDING.
-  virtual std::vector<cancelled_run> cancel_run(std::string_view run_id,
-                                                std::int64_t at_ms)
+  /// empty if `run_id` was not PENDING. `deadline_ms` (a deadline timer
+  /// firing): only if the run is PENDING with exactly that deadline -- a
+  /// queue item's later attempt (or the attempt waiting in its queue) has
+  /// its own, and a stale timer must not touch it.
+  virtual std::vector<cancelled_run>
+  cancel_run(std::string_view run_id, std::int64_t at_ms,
+             std::optional<std::int64_t> deadline_ms = std::nullopt)
     = 0;
 
   /// Returns one page of runs matching `filter`, newest first.

@@ -108,10 +108,11 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
   std::string names;
   for (std::size_t i = 0; i < req.filter.names.size(); ++i)
     names += (i == 0 ? "?" : ", ?") + std::to_string(i + 6);
+  auto runnable = "(app_version = '' OR app_version = ?5) AND name IN ("
+                  + (names.empty() ? std::string{"NULL"} : names) + ")";
   auto ready = "queue_name = ?1 AND status = 'ENQUEUED' AND (not_before IS "
-               "NULL OR not_before <= ?2) AND (app_version = '' OR "
-               "app_version = ?5) AND name IN ("
-               + (names.empty() ? std::string{"NULL"} : names) + ")";
+               "NULL OR not_before <= ?2) AND "
+               + runnable;
   in_write([&] {
     out = {};
     auto& q = req.queue;
@@ -122,9 +123,19 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
       load.db_now_ms = now.int64(0);
       now.reset();
     }
-    auto& counts = prepare("SELECT count(*) FROM runs WHERE queue_name = ?1 "
-                           "AND status = 'PENDING'");
-    counts.bind(1, q.name);
+    // Running: PENDING items of live processes, and those of gone ones
+    // this process takes over (it can run them). Items nobody live can
+    // run (another app version, a workflow no process has) hold nothing.
+    auto running = "queue_name = ?1 AND status = 'PENDING' AND (executor IN "
+                   "(SELECT id FROM executors WHERE state = 'live') OR ("
+                   + runnable + "))";
+    auto bind_runnable = [&](statement& st) {
+      st.bind(1, q.name).bind(5, req.filter.app_version);
+      for (std::size_t i = 0; i < req.filter.names.size(); ++i)
+        st.bind(static_cast<int>(i + 6), req.filter.names[i]);
+    };
+    auto& counts = prepare("SELECT count(*) FROM runs WHERE " + running);
+    bind_runnable(counts);
     counts.step();
     load.running = counts.int64(0);
     counts.reset();
@@ -142,9 +153,8 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
     }
     if (q.partition_concurrency) {
       auto& parts = prepare("SELECT partition_key, count(*) FROM runs WHERE "
-                            "queue_name = ?1 AND status = 'PENDING' GROUP "
-                            "BY partition_key");
-      parts.bind(1, q.name);
+                            + running + " GROUP BY partition_key");
+      bind_runnable(parts);
       while (parts.step())
         load.running_by_partition[parts.text(0)] = parts.int64(1);
       parts.reset();

@@ -284,8 +284,9 @@ sqlite_store::create_child(const fence& parent, const run_record& child) {
       // A completed saga's undo: its journal up to its DONE phase, its
       // inputs, and a cancellation to observe there.
       prepare("INSERT INTO journal (run_id, seq, kind, name, outcome, "
-              "payload, error, created_at) SELECT ?1, seq, kind, name, "
-              "outcome, payload, error, created_at FROM journal WHERE run_id "
+              "payload, error, created_at) SELECT ?1, seq, kind, "
+              + detail::undo_entry_name("?2", "?1")
+              + ", outcome, payload, error, created_at FROM journal WHERE run_id "
               "= ?2 AND seq < COALESCE((SELECT min(seq) FROM journal WHERE "
               "run_id = ?2 AND kind = 'phase' AND CAST(payload AS TEXT) = "
               "'DONE'), 2147483647)")
@@ -345,21 +346,30 @@ bool sqlite_store::set_wake_at(const fence& owner, std::string_view run_id,
   });
 }
 
-std::vector<cancelled_run> sqlite_store::cancel_run(std::string_view run_id,
-                                                    std::int64_t at_ms) {
+std::vector<cancelled_run>
+sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
+                         std::optional<std::int64_t> deadline_ms) {
   return in_transaction([&] {
     // One statement per effect (SQLite has no data-modifying CTEs); the
     // tree is read once, before either changes it.
     std::vector<std::pair<std::string, std::string>> tree;
-    // None below a compensating saga: those are its compensations' calls.
+    // None below a compensating saga: those are its compensations' calls;
+    // below a saga going forward, only child sagas (a plain child or call
+    // is what a step in flight waits for: it finishes, and is compensated).
     auto& sel = prepare(
       "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM runs "
       "WHERE id = ?1 AND (status = 'PENDING' OR (status = 'ENQUEUED' AND "
-      "queue_name IS NOT NULL)) UNION SELECT r.id, r.saga_phase "
+      "(queue_name IS NOT NULL OR object_key IS NOT NULL))) AND (?2 IS NULL OR (status = 'PENDING' AND "
+      "deadline = ?2)) UNION SELECT r.id, r.saga_phase "
       "FROM runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
-      "'PENDING' AND t.phase IS NOT 'COMPENSATING') SELECT id, "
+      "'PENDING' AND t.phase IS NOT 'COMPENSATING' AND NOT (t.phase IS "
+      "'FORWARD' AND r.saga_phase IS NULL)) SELECT id, "
       "COALESCE(phase, '') FROM tree");
     sel.bind(1, run_id);
+    if (deadline_ms) // a deadline timer: only the attempt it was armed for
+      sel.bind(2, *deadline_ms);
+    else
+      sel.bind_null(2);
     while (sel.step())
       tree.emplace_back(sel.text(0), sel.text(1));
     sel.reset();
@@ -517,6 +527,37 @@ std::vector<std::string> sqlite_store::awake_runs(std::string_view executor) {
       ids.push_back(st.text(0));
     st.reset();
     return ids;
+  });
+}
+
+std::int64_t sqlite_store::count_awake_pending(std::string_view executor,
+                                               std::int64_t now_ms) {
+  return with_retry([&] {
+    auto& st = prepare("SELECT count(*) FROM runs WHERE executor = ?1 AND "
+                       "status = 'PENDING' AND (wake_at IS NULL OR wake_at "
+                       "<= ?2)");
+    st.bind(1, executor).bind(2, now_ms);
+    st.step();
+    auto n = st.int64(0);
+    st.reset();
+    return n;
+  });
+}
+
+std::vector<awake_pending>
+sqlite_store::list_awake_pending(std::string_view executor,
+                                 std::int64_t now_ms) {
+  return with_retry([&] {
+    auto& st = prepare("SELECT id, epoch, COALESCE(object_type, ''), "
+                       "COALESCE(object_key, '') FROM runs WHERE executor = "
+                       "?1 AND status = 'PENDING' AND (wake_at IS NULL OR "
+                       "wake_at <= ?2)");
+    st.bind(1, executor).bind(2, now_ms);
+    std::vector<awake_pending> out;
+    while (st.step())
+      out.push_back({st.text(0), st.int64(1), st.text(2), st.text(3)});
+    st.reset();
+    return out;
   });
 }
 

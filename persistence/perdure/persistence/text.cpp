@@ -46,4 +46,9 @@ bool is_valid_name(std::string_view x, std::size_t max_bytes) {
   return true;
 }
 
+bool is_valid_key(std::string_view x, std::size_t max_bytes) {
+  return is_valid_name(x, max_bytes)
+         && x.find_first_of("\x1e\x1f") == std::string_view::npos;
+}
+
 } // namespace perdure::persistence

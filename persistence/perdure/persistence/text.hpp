@@ -14,4 +14,9 @@ std::string valid_text(std::string_view x);
 /// and free of NUL bytes: what names and ids must be.
 bool is_valid_name(std::string_view x, std::size_t max_bytes = 255);
 
+/// `is_valid_name`, and free of the separators Perdure joins object types,
+/// keys and idempotency keys with (0x1E, 0x1F): with them, two keys could
+/// name one invocation, or a key hide a call cycle.
+bool is_valid_key(std::string_view x, std::size_t max_bytes = 255);
+
 } // namespace perdure::persistence

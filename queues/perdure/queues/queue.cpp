@@ -6,9 +6,16 @@
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/queues/detail/queue_service.hpp"
 
+#include <limits>
+
 namespace perdure::queues {
 
 namespace {
+
+/// Delays and timeouts from here on mean "never" (10 000 years: far past
+/// any real deadline, and a start time plus it still fits in 64 bits).
+constexpr std::chrono::milliseconds never{std::int64_t{10'000} * 365 * 24
+                                          * 3600 * 1000};
 
 using perdure::detail::client_access;
 using perdure::detail::runtime_impl;
@@ -75,14 +82,19 @@ persistence::run_record make_item(const config& cfg, std::string_view queue,
   item.owner = {persistence::unowned_executor, 0};
   item.app_version = cfg.app_version;
   item.created_at_ms = now;
-  if (opts.timeout.count() > 0)
+  // Huge values saturate: a timeout too long to reach is none, a delay
+  // too long to reach waits for ever (never a wrapped-around time, nor a
+  // deadline the stores cannot add to a start time).
+  if (opts.timeout.count() > 0 && opts.timeout < never)
     item.timeout_ms = opts.timeout.count();
   item.queue_name = std::string{queue};
   item.priority = opts.priority;
   item.partition_key = opts.partition_key;
   item.dedup_id = opts.dedup_id;
   if (opts.delay.count() > 0)
-    item.not_before_ms = now + opts.delay.count();
+    item.not_before_ms = opts.delay < never
+                           ? now + opts.delay.count()
+                           : std::numeric_limits<std::int64_t>::max();
   return item;
 }
 

@@ -5,11 +5,25 @@
 
 #include <pqxx/row>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "perdure/persistence/records.hpp"
 
 namespace perdure::persistence::detail {
+
+/// An optional number as a libpqxx 6 parameter (null `const char*`).
+struct opt_param {
+  explicit opt_param(const std::optional<std::int64_t>& x)
+    : text(x ? std::to_string(*x) : std::string{}), set(x.has_value()) {
+  }
+  const char* get() const {
+    return set ? text.c_str() : nullptr;
+  }
+  std::string text;
+  bool set;
+};
 
 /// The columns `read_pg_run` reads, in its order.
 std::string pg_run_columns();

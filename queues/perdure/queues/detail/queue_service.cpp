@@ -146,6 +146,13 @@ void queue_service::start() {
       defs.push_back(definition(name, q->opts));
       poll = std::min(poll, q->opts.poll_interval);
     }
+    // Recovered and taken-over items are watched like claimed ones: one
+    // that sleeps out of memory (or fails) frees its worker.
+    for (auto& [id, actor] : unwatched_)
+      if (auto i = items_.find(id); i != items_.end())
+        caf::anon_send(queues_.at(i->second)->actor, held_atom::value, id,
+                       actor);
+    unwatched_.clear();
   }
   try {
     rt_.stores->with([&](persistence::store& db) {
@@ -190,6 +197,7 @@ void queue_service::join() {
   }
   std::lock_guard guard{mtx_};
   items_.clear();
+  unwatched_.clear();
 }
 
 void queue_service::lease_lost() {
@@ -203,6 +211,7 @@ void queue_service::lease_lost() {
   }
   std::lock_guard guard{mtx_};
   items_.clear();
+  unwatched_.clear();
 }
 
 void queue_service::probe() {
@@ -270,6 +279,8 @@ void queue_service::holding(const std::string& queue, const std::string& id,
   items_[id] = queue; // also while recovering, before `start`
   if (running_) // its queue actor watches it
     caf::anon_send(i->second->actor, held_atom::value, id, actor);
+  else
+    unwatched_[id] = actor; // watched from `start` on
 }
 
 void queue_service::finishing(const std::string& id) {
@@ -291,6 +302,14 @@ void queue_service::finishing(const std::string& id) {
   start_claimed(*q);
 }
 
+void queue_service::claimed_ahead(std::unordered_set<std::string>& ids) {
+  for (auto& [name, q] : queues_) {
+    std::lock_guard guard{q->claimed_mtx};
+    for (auto& c : q->claimed)
+      ids.insert(c.run.id);
+  }
+}
+
 void queue_service::released(const std::string& id) {
   queue_entry* q = nullptr;
   {
@@ -308,6 +327,7 @@ void queue_service::released(const std::string& id) {
     }
     q = queues_.at(i->second).get();
     items_.erase(i);
+    unwatched_.erase(id);
     if (running_)
       caf::anon_send(q->actor, released_atom::value, id);
   }

@@ -102,6 +102,7 @@ public:
                const caf::actor& actor) override;
   void released(const std::string& id) override;
   void finishing(const std::string& id) override;
+  void claimed_ahead(std::unordered_set<std::string>& ids) override;
 
 private:
   /// Looks for items nobody announced (one statement for every queue).
@@ -113,6 +114,9 @@ private:
   std::mutex mtx_;
   /// The queue of each item running here.
   std::unordered_map<std::string, std::string> items_;
+  /// Items brought in before `start` (recovered, taken over), with their
+  /// actors: their queue actors watch them once they exist.
+  std::unordered_map<std::string, caf::actor> unwatched_;
   bool running_ = false;
   std::unique_ptr<perdure::detail::ticker> prober_;
 };
