@@ -426,10 +426,14 @@ queue_stats postgres_store::count_queue(std::string_view queue,
            "SELECT partition_key, count(*) FILTER (WHERE status = 'ENQUEUED' "
            "AND (not_before IS NULL OR not_before <= $2)), count(*) FILTER "
            "(WHERE status = 'ENQUEUED' AND not_before > $2), count(*) FILTER "
-           "(WHERE status = 'PENDING') FROM "
+           "(WHERE status = 'PENDING') FROM (SELECT partition_key, status, "
+           "not_before FROM "
              + s
-             + "runs WHERE queue_name = $1 AND status IN ('ENQUEUED', "
-               "'PENDING') GROUP BY partition_key ORDER BY partition_key",
+             + "runs WHERE queue_name = $1 AND status = 'ENQUEUED' UNION ALL "
+               "SELECT partition_key, status, not_before FROM "
+             + s
+             + "runs WHERE queue_name = $1 AND status = 'PENDING') q GROUP BY "
+               "partition_key ORDER BY partition_key", // each half by its index
            name, now_ms)) {
       partition_stats p;
       p.partition_key = r[0].as<std::string>();

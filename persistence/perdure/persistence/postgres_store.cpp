@@ -383,8 +383,9 @@ void postgres_store::connect() {
                  "r.saga_phase FROM "
                + s
                + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
-                 "'PENDING' AND t.phase IS DISTINCT FROM 'COMPENSATING' AND NOT "
-                 "(t.phase = 'FORWARD' AND r.saga_phase IS NULL)), "
+                 "'PENDING' AND t.phase IS DISTINCT FROM 'COMPENSATING' AND "
+                 "(t.phase IS DISTINCT FROM 'FORWARD' OR r.saga_phase IS NOT "
+                 "NULL)), "
                  "changed AS (UPDATE "
                + s + "runs SET status = CASE WHEN " + ends
                + " THEN 'CANCELLED' ELSE status END, error = CASE WHEN " + ends

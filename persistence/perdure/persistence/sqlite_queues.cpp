@@ -336,9 +336,11 @@ queue_stats sqlite_store::count_queue(std::string_view queue,
       "SELECT partition_key, count(CASE WHEN status = 'ENQUEUED' AND "
       "(not_before IS NULL OR not_before <= ?2) THEN 1 END), count(CASE WHEN "
       "status = 'ENQUEUED' AND not_before > ?2 THEN 1 END), count(CASE WHEN "
-      "status = 'PENDING' THEN 1 END) FROM runs WHERE queue_name = ?1 AND "
-      "status IN ('ENQUEUED', 'PENDING') GROUP BY partition_key ORDER BY "
-      "partition_key");
+      "status = 'PENDING' THEN 1 END) FROM (SELECT partition_key, status, "
+      "not_before FROM runs WHERE queue_name = ?1 AND status = 'ENQUEUED' "
+      "UNION ALL SELECT partition_key, status, not_before FROM runs WHERE "
+      "queue_name = ?1 AND status = 'PENDING') GROUP BY partition_key ORDER "
+      "BY partition_key"); // each half by its partial index
     parts.bind(1, queue).bind(2, now_ms);
     while (parts.step()) {
       partition_stats p;

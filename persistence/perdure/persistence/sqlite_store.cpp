@@ -1,5 +1,7 @@
 #include "perdure/persistence/sqlite_store.hpp"
 
+#include <atomic>
+
 #include <sqlite3.h>
 
 #include <fcntl.h>
@@ -173,10 +175,23 @@ sqlite_store::~sqlite_store() {
   sqlite3_close(db_);
 }
 
+namespace {
+
+std::atomic<void (*)(const std::string&)> statement_observer{nullptr};
+
+} // namespace
+
+void observe_sqlite_statements(void (*observer)(const std::string& sql)) {
+  statement_observer = observer;
+}
+
 sqlite_store::statement& sqlite_store::prepare(const std::string& sql) {
   auto& slot = statements_[sql];
-  if (!slot)
+  if (!slot) {
     slot = std::make_unique<statement>(db_, sql);
+    if (auto observe = statement_observer.load())
+      observe(sql);
+  }
   return slot->reset();
 }
 
@@ -361,7 +376,7 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
       "WHERE id = ?1 AND (status = 'PENDING' OR (status = 'ENQUEUED' AND "
       "(queue_name IS NOT NULL OR object_key IS NOT NULL))) AND (?2 IS NULL OR (status = 'PENDING' AND "
       "deadline = ?2)) UNION SELECT r.id, r.saga_phase "
-      "FROM runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
+      "FROM tree t CROSS JOIN runs r WHERE r.parent_id = t.id AND r.status = "
       "'PENDING' AND t.phase IS NOT 'COMPENSATING' AND NOT (t.phase IS "
       "'FORWARD' AND r.saga_phase IS NULL)) SELECT id, "
       "COALESCE(phase, '') FROM tree");
@@ -696,9 +711,11 @@ sqlite_store::claim_where(const std::string& which, std::string_view arg,
                           bool adopting) {
   // One runtime per file, in an IMMEDIATE transaction: read, then write.
   std::vector<std::string> ids;
+  // `+created_at`: sorted after the PENDING runs are found by runs_pending
+  // (ordering by runs_created walks every run ever made).
   auto& sel = prepare("SELECT id, name, app_version FROM runs WHERE status = "
                       "'PENDING' AND object_type IS NULL AND " + which
-                      + " ORDER BY created_at, id");
+                      + " ORDER BY +created_at, id");
   sel.bind(1, arg);
   while (sel.step())
     if (filter.admits(sel.text(1), sel.text(2)))
@@ -943,8 +960,10 @@ std::vector<run_record>
 sqlite_store::take_over(std::string_view executor, const claim_filter& filter,
                         std::optional<std::string_view> only,
                         std::int64_t now_ms) {
-  auto orphaned = std::string{"(executor = '' OR executor IN (SELECT id FROM "
-                              "executors WHERE state <> 'live'))"};
+  // One IN list, so runs_pending serves it (an OR of two conditions on
+  // the executor is a scan).
+  auto orphaned = std::string{"executor IN (SELECT '' UNION ALL SELECT id "
+                              "FROM executors WHERE state <> 'live')"};
   return in_transaction([&] {
     if (only)
       return claim_where(orphaned + " AND id = ?1", *only, filter, executor,
@@ -1100,10 +1119,13 @@ std::vector<run_record> sqlite_store::take_invocations(std::string_view type,
   std::vector<std::string> ids;
   // ENQUEUED ones, and PENDING ones: all, or those stored under another
   // epoch (handed to an actor that left meanwhile).
+  // `status IN (...)` spelled as runs_inbox's condition: SQLite uses a
+  // partial index only for a query whose terms name its condition (else it
+  // scans every run: a cost that grows with history).
   auto& sel = prepare("SELECT id FROM runs WHERE object_type = ?1 AND "
-                      "object_key = ?2 AND (status = 'ENQUEUED' OR (status = "
-                      "'PENDING' AND (?3 = 1 OR executor <> ?4 OR epoch <> "
-                      "?5))) ORDER BY rowid");
+                      "object_key = ?2 AND status IN ('ENQUEUED', 'PENDING') "
+                      "AND (status = 'ENQUEUED' OR (?3 = 1 OR executor <> ?4 "
+                      "OR epoch <> ?5)) ORDER BY rowid");
   sel.bind(1, type)
     .bind(2, key)
     .bind(3, std::int64_t{all_pending ? 1 : 0})

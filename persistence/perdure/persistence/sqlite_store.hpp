@@ -11,6 +11,11 @@ struct sqlite3_stmt;
 
 namespace perdure::persistence {
 
+/// Calls `observer` with the text of each statement any SQLite store of
+/// this process prepares from now on (once per store and text; null:
+/// none). For tests that check every statement's query plan.
+void observe_sqlite_statements(void (*observer)(const std::string& sql));
+
 /// The embedded default: one SQLite file in WAL mode, for development and
 /// single-process use. Each instance owns one connection.
 class sqlite_store final : public store {
