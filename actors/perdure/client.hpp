@@ -22,7 +22,7 @@ struct client_access;
 struct start_options {
   /// The workflow id, which is also its idempotency key: starting again with
   /// the same id returns the existing run. Empty: a fresh random id.
-  std::string id;
+  std::string id{};
   /// Cancel the run (and its children) if it has not ended this long after
   /// its start; zero: no deadline. Survives restarts.
   std::chrono::milliseconds timeout{0};
@@ -33,7 +33,7 @@ struct call_options {
   /// Makes the call idempotent: per object, one invocation per key, ever;
   /// calling again with it returns the first one's result (also after a
   /// crash of the caller). Empty: every call is a new invocation.
-  std::string idempotency_key;
+  std::string idempotency_key{};
 };
 
 /// Starts, signals, watches and lists workflow runs without running any:

@@ -12,34 +12,34 @@ namespace perdure {
 
 /// Which runs `list_runs` returns: every field that is set must match.
 struct run_filter {
-  std::optional<run_status> status;
+  std::optional<run_status> status{};
   /// The workflow name.
-  std::optional<std::string> name;
+  std::optional<std::string> name{};
   /// Created at or after this time.
-  std::optional<std::chrono::system_clock::time_point> created_after;
+  std::optional<std::chrono::system_clock::time_point> created_after{};
   /// Created before this time.
-  std::optional<std::chrono::system_clock::time_point> created_before;
+  std::optional<std::chrono::system_clock::time_point> created_before{};
   /// Most runs in one page (1 to 1000).
   std::size_t limit = 100;
   /// Where the page starts: empty for the newest runs, else the
   /// `next_cursor` of the previous page.
-  std::string cursor;
+  std::string cursor{};
 };
 
 /// One run as `list_runs` shows it.
 struct run_info {
-  std::string id;
-  std::string name;
+  std::string id{};
+  std::string name{};
   run_status status = run_status::pending;
   /// The executor that owns (or last owned) the run; empty for a run
   /// started by a client and not yet claimed by a runtime.
-  std::string executor;
-  std::chrono::system_clock::time_point created_at;
-  std::chrono::system_clock::time_point updated_at;
+  std::string executor{};
+  std::chrono::system_clock::time_point created_at{};
+  std::chrono::system_clock::time_point updated_at{};
   /// Why it ended, if it did not succeed.
-  std::optional<std::string> error;
+  std::optional<std::string> error{};
   /// The run that started it as its child, if any.
-  std::optional<std::string> parent_id;
+  std::optional<std::string> parent_id{};
 };
 
 /// One durable operation of a run as its journal recorded it (`history`):
@@ -49,21 +49,21 @@ struct step_record {
   /// The journal index.
   std::int32_t seq = 0;
   /// `step`, `transaction`, `sleep`, `await`, `child`, `phase`, ...
-  std::string kind;
-  std::string name;
+  std::string kind{};
+  std::string name{};
   /// `value`, or how it failed: `failed` (after its retries), `terminal`.
-  std::string outcome;
+  std::string outcome{};
   /// The recorded result (JSON unless the binary encoding was chosen).
-  std::string payload;
-  std::string error;
-  std::chrono::system_clock::time_point at;
+  std::string payload{};
+  std::string error{};
+  std::chrono::system_clock::time_point at{};
 };
 
 /// One page of runs, newest first.
 struct run_page {
-  std::vector<run_info> runs;
+  std::vector<run_info> runs{};
   /// Pass as `run_filter::cursor` for the next page; empty on the last.
-  std::string next_cursor;
+  std::string next_cursor{};
 };
 
 } // namespace perdure

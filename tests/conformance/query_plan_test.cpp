@@ -210,7 +210,8 @@ TEST_F(query_plan_test, no_statement_scans_every_run_or_the_journal) {
   clone(sql, sql.scalar("SELECT id FROM " + sql.table("runs")
                         + " WHERE queue_name = 'parts'"),
         20'000);
-  sql.exec("ANALYZE");
+  for (auto& t : {"runs", "journal"}) // this test's tables only
+    sql.exec("ANALYZE " + sql.table(t));
   ASSERT_GE(std::stoll(sql.scalar("SELECT count(*) FROM " + sql.table("runs"))),
             100'000);
   auto cfg = db_.runtime_config();

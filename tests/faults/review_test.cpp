@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -14,7 +15,12 @@
 #include <string>
 #include <thread>
 
+#include <pqxx/pqxx>
+#include <sqlite3.h>
+
 #include "perdure/perdure.hpp"
+#include "perdure/pqxx_session.hpp"
+#include "perdure/sqlite_session.hpp"
 #include "perdure/queues/queue.hpp"
 #include "perdure/sagas/saga.hpp"
 #include "support/test_support.hpp"
@@ -181,7 +187,11 @@ void register_account(runtime& rt) {
              [](object_context<account>& ctx) -> task<std::int64_t> {
                co_return co_await ctx.call<std::int64_t>(
                  "account", ctx.key(), "add", std::int64_t{1});
-             });
+             })
+    .handler("refuse", [](object_context<account>&) -> task<std::int64_t> {
+      throw terminal_error("insufficient funds");
+      co_return 0;
+    });
 }
 
 // 18: the separators of ids and call chains are refused in keys and
@@ -601,6 +611,201 @@ TEST_F(review_test, a_child_saga_that_called_objects_is_undone) {
             run_status::compensated);
   EXPECT_EQ(rt.call<std::int64_t>("account", "k", "add", std::int64_t{0}), 0)
     << "the child's payment was not undone";
+}
+
+} // namespace
+
+namespace {
+
+// 9 (a): an attempt fails without a failed step (the code threw on a
+// step's result): the next attempt runs from the start, so it can succeed.
+TEST_F(review_test, a_retry_after_a_failure_outside_steps_runs_again) {
+  std::atomic<int> fetched{0};
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("picky", [&](workflow_context& ctx) -> task<int> {
+    auto n = co_await ctx.step("fetch", [&] { return ++fetched; });
+    if (n < 2)
+      throw std::runtime_error("not yet");
+    co_return n;
+  });
+  queues::register_queue(rt, "q", {.retry = {.max_attempts = 3, .backoff = 10ms}});
+  rt.start();
+  EXPECT_EQ(queues::enqueue<int>(rt, "q", "picky").get(20s), 2);
+}
+
+// 9 (b, c): a transactional step that committed is not committed again by
+// a later attempt (it takes the recorded result), and a later attempt's
+// calls, children and awakeables get ids of their own.
+TEST_F(review_test, a_retry_commits_no_transaction_twice_and_reuses_no_id) {
+  std::atomic<int> attempt{0};
+  test::sql_client sql{db_};
+  auto audit = sql.table("audit");
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("echo", [](workflow_context&, int x) -> task<int> {
+    co_return x;
+  });
+  rt.register_workflow("other", [](workflow_context&, int x) -> task<int> {
+    co_return x + 100;
+  });
+  rt.register_workflow("careful", [&](workflow_context& ctx) -> task<int> {
+    try {
+      co_await ctx.step("charge", [] { throw std::runtime_error("declined"); },
+                        retry_policy{.max_attempts = 1});
+    } catch (const step_failed&) {
+    }
+    auto a = co_await ctx.step("count", [&] { return ++attempt; });
+    co_await ctx.transaction("log", [&](sql_session& sql) {
+      sql.exec_params("INSERT INTO " + audit + " (what) VALUES ($1)",
+                      std::string{"charged"});
+    });
+    // A different child on each attempt, at the same point of the code.
+    auto c = co_await ctx.start_child<int>(a == 1 ? "echo" : "other", a);
+    auto got = co_await c;
+    if (a < 2)
+      throw std::runtime_error("try again");
+    co_return got;
+  });
+  queues::register_queue(rt, "q", {.retry = {.max_attempts = 3, .backoff = 10ms}});
+  rt.start();
+  sql.exec("CREATE TABLE " + audit + " (what TEXT)");
+  EXPECT_EQ(queues::enqueue<int>(rt, "q", "careful").get(20s), 102);
+  EXPECT_EQ(sql.scalar("SELECT count(*) FROM " + audit), "1")
+    << "the transactional step committed twice";
+}
+
+} // namespace
+
+namespace {
+
+struct nap_state {
+  int naps = 0;
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(CEREAL_NVP(naps));
+  }
+};
+
+// M1: a handler that sleeps "for ever" holds its key and sleeps: it is not
+// passivated, reclaimed and replayed in a loop towards RETRIES_EXCEEDED.
+TEST_F(review_test, a_handler_sleeping_for_ever_keeps_its_key_and_sleeps) {
+  runtime rt{db_.runtime_config()};
+  rt.register_object<nap_state>("napper").handler(
+    "nap", [](object_context<nap_state>& ctx) -> task<int> {
+      co_await ctx.sleep(std::chrono::milliseconds::max());
+      co_return ++ctx.state().naps;
+    });
+  rt.start();
+  auto h = rt.send<int>("napper", "k", "nap");
+  std::this_thread::sleep_for(3s);
+  test::sql_client sql{db_};
+  EXPECT_EQ(sql.scalar("SELECT recovery_attempts FROM " + sql.table("runs")
+                         + " WHERE id = $1",
+                       {h.id()}),
+            "0")
+    << "the sleeping call was claimed again and again";
+  EXPECT_EQ(h.status(), run_status::pending);
+  h.cancel();
+  EXPECT_TRUE(test::eventually(
+    [&] { return h.status() == run_status::cancelled; }, 10s));
+}
+
+} // namespace
+
+namespace {
+
+// 10: partitions beyond the first 1000 (in key order) take their turn on
+// PostgreSQL as on SQLite: their first items start among the other
+// partitions' first items, not after every second item of the first 1000.
+TEST_F(review_test, partitions_beyond_a_thousand_take_their_turn) {
+  std::mutex mtx;
+  std::vector<std::pair<int, int>> starts; // (partition, item 0 or 1)
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("mark", [&](workflow_context&, std::pair<int, int> p)
+                                 -> task<int> {
+    std::lock_guard guard{mtx};
+    starts.push_back(p);
+    co_return 0;
+  });
+  queues::register_queue(rt, "q", {.worker_concurrency = 1,
+                                   .partition_concurrency = 1});
+  constexpr int partitions = 1200;
+  auto key = [](int p) {
+    auto s = std::to_string(p);
+    return "c" + std::string(4 - s.size(), '0') + s;
+  };
+  // Enqueued before the runtime starts: every item is there at the first
+  // claim. First items of every partition first, then the second ones.
+  { client migrate{db_.runtime_config()}; }
+  auto enqueue_all = [&](sql_session& s) {
+    for (int item = 0; item < 2; ++item)
+      for (int p = 0; p < partitions; ++p)
+        queues::enqueue(s, "q", "mark", std::pair<int, int>{p, item},
+                        {.partition_key = key(p)});
+  };
+  if (db_.postgres) { // in one transaction: quicker than 2400 commits
+    pqxx::connection conn{db_.url};
+    pqxx::work w{conn};
+    pqxx_session s{w, db_.schema};
+    enqueue_all(s);
+    w.commit();
+  } else {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db_.url.substr(std::string{"sqlite://"}.size())
+                             .c_str(),
+                           &raw),
+              SQLITE_OK);
+    std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
+    sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+    sqlite_session s{raw};
+    enqueue_all(s);
+    sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr);
+  }
+  rt.start();
+  ASSERT_TRUE(test::eventually(
+    [&] {
+      std::lock_guard guard{mtx};
+      return starts.size() == 2 * partitions;
+    },
+    120s))
+    << [&] {
+         std::lock_guard guard{mtx};
+         return starts.size();
+       }() << " started";
+  std::lock_guard guard{mtx};
+  std::size_t last_late_first = 0; // when the last partition >= 1000 began
+  for (std::size_t i = 0; i < starts.size(); ++i)
+    if (starts[i].second == 0 && starts[i].first >= 1000)
+      last_late_first = i;
+  auto seconds_before = std::count_if(
+    starts.begin(), starts.begin() + static_cast<long>(last_late_first),
+    [](auto& s) { return s.second == 1; });
+  EXPECT_LT(seconds_before, 300)
+    << "partitions past the first 1000 waited for the others' second items";
+}
+
+} // namespace
+
+namespace {
+
+// New user: a failed call inside a workflow is named as the code made it
+// (the object, key and handler), not as a child workflow.
+TEST_F(review_test, a_failed_call_is_named_as_the_code_made_it) {
+  runtime rt{db_.runtime_config()};
+  register_account(rt);
+  rt.register_workflow("transfer", [](workflow_context& ctx) -> task<std::string> {
+    try {
+      co_await ctx.call<std::int64_t>("account", "alice", "refuse", 0);
+    } catch (const terminal_error& ex) {
+      co_return std::string{ex.what()};
+    }
+    co_return std::string{};
+  });
+  rt.start();
+  auto what = rt.start_workflow<std::string>("transfer").get(10s);
+  EXPECT_NE(what.find("call of account 'alice' refuse ended ERROR"),
+            std::string::npos)
+    << what;
+  EXPECT_NE(what.find("insufficient funds"), std::string::npos) << what;
 }
 
 } // namespace

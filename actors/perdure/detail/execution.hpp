@@ -10,7 +10,9 @@
 #include <coroutine>
 #include <functional>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <unordered_map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -198,6 +200,15 @@ private:
     std::int32_t attempts = 0;
   };
   std::unique_ptr<queue_item> item_;
+  /// A retried item's transactional steps that committed in an earlier
+  /// attempt, by name, in journal order: this attempt takes their results
+  /// instead of committing again. Null for other runs.
+  std::unique_ptr<
+    std::unordered_map<std::string, std::deque<persistence::journal_entry>>>
+    carried_;
+  /// Sorts a retried item's journal into what this attempt replays and
+  /// what it carries (see `new_attempt_marker`).
+  void load_attempts(std::vector<persistence::journal_entry>& journal);
   bool requeued_ = false;
   /// The keys held by the calls this run serves (see
   /// `run_record::call_chain`); null: none.

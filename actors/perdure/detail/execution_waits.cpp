@@ -14,14 +14,17 @@ void execution::arm(std::int64_t due) {
     resume_recorded();
     return;
   }
-  if (due - now > passivate_after_ms()) {
+  if (host_->may_passivate() && due - now > passivate_after_ms()) {
     passivate(due);
     return;
   }
+  // An object's invocation stays, holding its key, however long it sleeps
+  // (leaving would give the key up and claim it again, for ever).
   sleeping_seq = op->seq;
   sleeping_due = due;
   op.reset();
-  rt->timers->schedule({due, run_id_, sleeping_seq});
+  if (due - now <= passivate_after_ms()) // further: until cancelled
+    rt->timers->schedule({due, run_id_, sleeping_seq});
 }
 
 void execution::check_delivery() {
@@ -95,8 +98,12 @@ bool execution::delivered(persistence::store& db, const std::string& run,
         w.payload = r->output.value_or(std::string{});
       } else {
         w.result = persistence::outcome::terminal;
-        w.error = "child workflow '" + s.key + "' ended "
-                  + std::string{to_string(r->status)} + ": "
+        // Named as the code made it: a call of a handler, or a child.
+        auto what = r->object_type.empty()
+                      ? "child workflow '" + s.key + "'"
+                      : "call of " + r->object_type + " '" + r->object_key
+                          + "' " + r->name;
+        w.error = what + " ended " + std::string{to_string(r->status)} + ": "
                   + r->error.value_or("no reason recorded");
       }
       return true;

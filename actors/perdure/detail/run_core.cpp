@@ -39,6 +39,18 @@ wait_outcome wait_outcome::decode(const persistence::journal_entry& e) {
   return w;
 }
 
+std::int32_t run_core::next_seq_jumping() noexcept {
+  for (bool jumped = true; jumped;) {
+    jumped = false;
+    for (auto& [from, to] : *jumps_)
+      if (next_seq_ == from && from != to) {
+        next_seq_ = to;
+        jumped = true;
+      }
+  }
+  return next_seq_++;
+}
+
 persistence::journal_entry run_core::take(std::int32_t seq) {
   auto* found = find_recorded(seq);
   if (!found)

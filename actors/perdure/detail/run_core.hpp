@@ -107,6 +107,8 @@ public:
 
   /// Returns the journal index of the next durable operation.
   std::int32_t next_seq() noexcept {
+    if (jumps_)
+      return next_seq_jumping();
     return next_seq_++;
   }
 
@@ -212,6 +214,13 @@ protected:
   persistence::encoding encoding_ = persistence::encoding::json;
   std::size_t max_payload_ = 0;
   std::int32_t cancel_shields_ = 0;
+  /// A retried queue item's indexes (see `persistence::detail::
+  /// new_attempt_marker`): reaching `first`, the attempt goes on at
+  /// `second`, past what earlier attempts used. Null for other runs.
+  std::unique_ptr<std::vector<std::pair<std::int32_t, std::int32_t>>> jumps_;
+
+private:
+  std::int32_t next_seq_jumping() noexcept;
 };
 
 /// Holds off a saga's cancellation while it lives (see

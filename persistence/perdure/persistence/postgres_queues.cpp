@@ -32,11 +32,12 @@ std::optional<std::int64_t> widen(const std::optional<std::int32_t>& x) {
 /// What sends item `id` back to queue `queue` ends with: its journal from
 /// its first failed step on forgotten, the queue told (on commit).
 void back_in_queue(pqxx::transaction_base& w, const std::string& schema,
-                   const std::string& id, const std::string& queue) {
+                   const std::string& id, const std::string& queue,
+                   std::int64_t at_ms) {
   auto journal = w.quote_name(schema) + ".journal";
-  w.exec_params("DELETE FROM " + journal + " WHERE run_id = $1 AND "
-                  + detail::retried_journal_condition(journal, "$1"),
-                id);
+  w.exec_params(detail::new_attempt_marker(journal, "$1::text", "$2", true),
+                id, at_ms);
+  w.exec_params(detail::forgotten_by_new_attempt(journal, "$1::text"), id);
   w.exec_params("SELECT pg_notify($1, $2)", detail::delivery_channel(schema),
                 "q:" + queue);
 }
@@ -252,24 +253,50 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
                  + runnable("$4", "$5");
     if (q.partition_concurrency) {
       // Each partition's head (a loose index scan over the partitions
-      // with items ready here), so a busy one cannot hide the others.
-      add(w.exec_params(
-        "WITH RECURSIVE parts(k) AS ((SELECT partition_key FROM " + s
-          + "runs WHERE " + ready
-          + " ORDER BY partition_key LIMIT 1) UNION ALL SELECT (SELECT "
-            "partition_key FROM "
-          + s + "runs WHERE " + ready
-          + " AND partition_key > p.k ORDER BY partition_key LIMIT 1) FROM "
-            "parts p WHERE p.k IS NOT NULL) SELECT c.id, c.name, "
-            "c.app_version, c.partition_key, c.fresh FROM (SELECT k FROM "
-            "parts WHERE k IS NOT NULL LIMIT 1000) p CROSS JOIN LATERAL "
-            "(SELECT id, name, app_version, partition_key, started_at IS NULL "
-            "AS fresh, priority, inbox_seq FROM "
+      // with items ready here), so a busy one cannot hide the others: at
+      // most `most` partitions, from after the last claim's cursor, then
+      // from the first one (every partition takes its turn).
+      constexpr std::int64_t most = 1000;
+      auto walk = [&](const std::string& name, const std::string& first,
+                      const std::string& stop) {
+        return name + "(k) AS ((SELECT partition_key FROM " + s + "runs WHERE "
+               + ready + first + " ORDER BY partition_key LIMIT 1) UNION ALL "
+               "SELECT (SELECT partition_key FROM " + s + "runs WHERE " + ready
+               + " AND partition_key > p.k ORDER BY partition_key LIMIT 1) FROM "
+               + name + " p WHERE p.k IS NOT NULL" + stop + ")";
+      };
+      auto heads = w.exec_params(
+        "WITH RECURSIVE " + walk("after", " AND partition_key > $6", "") + ", "
+          + walk("wrapped", "", " AND p.k < $6")
+          + ", keys AS ((SELECT k FROM after WHERE k IS NOT NULL LIMIT "
+          + std::to_string(most)
+          + ") UNION ALL (SELECT k FROM wrapped WHERE k IS NOT NULL AND k <= "
+            "$6 LIMIT "
+          + std::to_string(most)
+          + ")), picked AS (SELECT k FROM keys LIMIT " + std::to_string(most)
+          + ") SELECT c.id, c.name, c.app_version, c.partition_key, c.fresh, "
+            "(SELECT count(*) FROM picked), p.k FROM picked p CROSS JOIN "
+            "LATERAL (SELECT id, name, app_version, partition_key, started_at "
+            "IS NULL AS fresh, priority, inbox_seq FROM "
           + s + "runs WHERE " + ready
           + " AND partition_key = p.k ORDER BY priority, inbox_seq LIMIT "
             "$3) c ORDER BY c.priority, c.inbox_seq",
         q.name, req.now_ms, detail::heads_per_partition(req), names.str(),
-        req.filter.app_version));
+        req.filter.app_version, req.partition_after);
+      add(heads);
+      // All of them read: the next claim starts from the first; else
+      // after the last one read here.
+      std::optional<std::string> last_after, last_wrapped;
+      for (const auto& r : heads) {
+        if (r[5].as<std::int64_t>() < most)
+          break;
+        auto k = r[6].as<std::string>();
+        auto& last = k > req.partition_after ? last_after : last_wrapped;
+        if (!last || k > *last)
+          last = k;
+      }
+      out.partition_cursor = last_wrapped ? *last_wrapped
+                                          : last_after.value_or("");
     } else {
       add(w.exec_params("SELECT id, name, app_version, partition_key, "
                         "started_at IS NULL FROM "
@@ -367,7 +394,8 @@ bool postgres_store::retry_item(const fence& owner, std::string_view id,
       at_ms, lease());
     done = !res.empty();
     if (done)
-      back_in_queue(w, schema_, std::string{id}, res[0][0].as<std::string>());
+      back_in_queue(w, schema_, std::string{id}, res[0][0].as<std::string>(),
+                    at_ms);
   });
   return done;
 }
@@ -390,7 +418,7 @@ std::optional<run_record> postgres_store::requeue(std::string_view id,
       if (res.empty())
         return;
       out = detail::read_pg_run(res[0]);
-      back_in_queue(w, schema_, out->id, out->queue_name);
+      back_in_queue(w, schema_, out->id, out->queue_name, at_ms);
     });
   } catch (const pqxx::unique_violation&) {
     throw perdure::error(errc::conflicting_id,

@@ -77,10 +77,10 @@ constexpr const char* run_columns
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
     "parent_id, deadline, call_chain, saga_phase, cancel_requested_at, "
     "queue_name, priority, partition_key, dedup_id, not_before, started_at, "
-    "attempts";
+    "attempts, object_type, object_key";
 
 /// How many columns `run_columns` names.
-constexpr int run_column_count = 25;
+constexpr int run_column_count = 27;
 
 /// Returns `run_columns` qualified by table alias `t` (defined below).
 std::string qualified_run_columns(const std::string& t);
@@ -122,6 +122,8 @@ run_record read_run(const pqxx::row& all, int first = 0) {
   if (!row(23).is_null())
     r.started_at_ms = row(23).as<std::int64_t>();
   r.attempts = row(24).as<std::int32_t>();
+  r.object_type = opt_text(row(25)).value_or(std::string{});
+  r.object_key = opt_text(row(26)).value_or(std::string{});
   return r;
 }
 

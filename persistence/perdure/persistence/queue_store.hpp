@@ -42,6 +42,11 @@ struct queue_claim_request {
   /// of the period sees more than the limit by actual start time. Costs
   /// margin / (period + margin) of the limit: 3 % at one second.
   std::int64_t rate_margin_ms = 30;
+  /// With a partition limit: read partitions after this key first (the
+  /// last claim's `partition_cursor`), then from the first one, so that
+  /// partitions beyond what one claim reads take their turn (PostgreSQL
+  /// reads at most 1000 partitions' heads per claim).
+  std::string partition_after;
 };
 
 /// What a claim took, and what held the rest back.
@@ -61,6 +66,9 @@ struct queue_claim {
   /// ready (ms since the epoch, the claimer's clock), if the claim left
   /// room for it.
   std::optional<std::int64_t> next_ready_ms;
+  /// Where the next claim's partitions start (see `partition_after`):
+  /// empty once every partition with ready items was read.
+  std::string partition_cursor;
 };
 
 /// Queues: items are runs with a queue name, ENQUEUED until claimed. One

@@ -22,13 +22,17 @@ std::optional<std::int64_t> widen(const std::optional<std::int32_t>& x) {
   return *x;
 }
 
-/// The SQL condition of `run_id = ?1`'s journal entries a retry forgets.
-std::string retried_entries() {
-  return "DELETE FROM journal WHERE run_id = ?1 AND "
-         + detail::retried_journal_condition("journal", "?1");
-}
-
 } // namespace
+
+/// Starts the next attempt of item `id`'s journal (see
+/// `detail::new_attempt_marker`).
+void sqlite_store::new_attempt(std::string_view id, std::int64_t at_ms) {
+  prepare(detail::new_attempt_marker("journal", "?1", "?2", false))
+    .bind(1, id)
+    .bind(2, at_ms)
+    .run();
+  prepare(detail::forgotten_by_new_attempt("journal", "?1")).bind(1, id).run();
+}
 
 void sqlite_store::define_queue(const queue_definition& q) {
   in_write([&] {
@@ -271,7 +275,7 @@ bool sqlite_store::retry_item(const fence& owner, std::string_view id,
     st.reset();
     if (!done)
       return;
-    prepare(retried_entries()).bind(1, id).run();
+    new_attempt(id, at_ms);
     notice_in("q:" + queue);
   });
   return done;
@@ -292,7 +296,7 @@ std::optional<run_record> sqlite_store::requeue(std::string_view id,
         .run();
       if (sqlite3_changes(db_) != 1)
         return;
-      prepare(retried_entries()).bind(1, id).run();
+      new_attempt(id, at_ms);
       out = read_run_row(id);
       notice_in("q:" + out->queue_name);
     });

@@ -51,7 +51,7 @@ constexpr const char* run_columns
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
     "parent_id, deadline, call_chain, saga_phase, cancel_requested_at, "
     "queue_name, priority, partition_key, dedup_id, not_before, started_at, "
-    "attempts";
+    "attempts, object_type, object_key";
 
 /// Reads a journal row selected as `run_id, seq, kind, name, outcome,
 /// payload, error, created_at` (a bad row comes back unreadable).
@@ -97,6 +97,10 @@ run_record read_run(Statement& st) {
   if (!st.is_null(23))
     r.started_at_ms = st.int64(23);
   r.attempts = static_cast<std::int32_t>(st.int64(24));
+  if (!st.is_null(25))
+    r.object_type = st.text(25);
+  if (!st.is_null(26))
+    r.object_key = st.text(26);
   return r;
 }
 

@@ -139,6 +139,8 @@ private:
   void retried(const std::function<void()>& body);
   /// Stores notice `payload` (inside the caller's transaction).
   void notice_in(std::string_view payload);
+  /// Starts the next attempt of queue item `id`'s journal.
+  void new_attempt(std::string_view id, std::int64_t at_ms);
   class statement;
 
   statement& prepare(const std::string& sql);

@@ -33,14 +33,14 @@ struct item_retry_policy {
 /// which operators read, is the last registration's).
 struct queue_options {
   /// Items running at once across every process; nothing: no limit.
-  std::optional<std::int32_t> concurrency;
+  std::optional<std::int32_t> concurrency{};
   /// Items running at once in this process: its workers for the queue
   /// (each item's steps run on the queue's own threads, this many).
   std::int32_t worker_concurrency = 8;
   /// Items running at once per partition key (e.g. per customer).
-  std::optional<std::int32_t> partition_concurrency;
+  std::optional<std::int32_t> partition_concurrency{};
   /// Starts per period, across every process.
-  std::optional<queues::rate_limit> rate;
+  std::optional<queues::rate_limit> rate{};
   item_retry_policy retry;
   /// How often an idle process looks for items it was not told about
   /// (NOTIFY does the waking; one statement for all its queues).
@@ -51,15 +51,15 @@ struct queue_options {
 struct enqueue_options {
   /// The item's workflow id, which is also its idempotency key (as for
   /// `start_workflow`). Empty: a fresh random id.
-  std::string id;
+  std::string id{};
   /// Claimed lowest first, then in the order enqueued.
   std::int32_t priority = 0;
   /// The partition its queue's `partition_concurrency` counts it in.
-  std::string partition_key;
+  std::string partition_key{};
   /// While an item with this dedup id is ENQUEUED or PENDING in the queue,
   /// enqueueing another returns that item instead (once it has ended, the
   /// id is free again).
-  std::string dedup_id;
+  std::string dedup_id{};
   /// Not claimed before this long from now.
   std::chrono::milliseconds delay{0};
   /// Cancelled if not ended this long after it started (each attempt's

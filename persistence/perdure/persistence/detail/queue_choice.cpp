@@ -99,10 +99,35 @@ void count_throttled(queue_stats& c) {
   }
 }
 
-std::string retried_journal_condition(const std::string& journal,
-                                      const std::string& run) {
-  return "seq >= (SELECT MIN(seq) FROM " + journal + " WHERE run_id = " + run
+namespace {
+
+/// The first index a new attempt forgets (see `new_attempt_marker`).
+std::string first_forgotten(const std::string& journal, const std::string& run) {
+  return "(SELECT COALESCE(MIN(seq), 0) FROM " + journal + " WHERE run_id = "
+         + run
          + " AND kind IN ('step', 'transaction') AND outcome IN (1, 2))";
+}
+
+} // namespace
+
+std::string new_attempt_marker(const std::string& journal,
+                               const std::string& run, const std::string& now,
+                               bool pg) {
+  auto cut = "CAST(" + first_forgotten(journal, run) + " AS TEXT)";
+  return "INSERT INTO " + journal
+         + " (run_id, seq, kind, name, outcome, payload, error, created_at) "
+           "SELECT "
+         + run + ", COALESCE(MAX(seq), -1) + 1, 'phase', 'attempt', 0, "
+         + (pg ? "convert_to(" + cut + ", 'UTF8')" : "CAST(" + cut + " AS BLOB)")
+         + ", NULL, " + now + " FROM " + journal + " WHERE run_id = " + run;
+}
+
+std::string forgotten_by_new_attempt(const std::string& journal,
+                                     const std::string& run) {
+  return "DELETE FROM " + journal + " WHERE run_id = " + run + " AND seq >= "
+         + first_forgotten(journal, run)
+         + " AND NOT (kind = 'transaction' AND outcome = 0) AND NOT (kind = "
+           "'phase' AND name = 'attempt')";
 }
 
 } // namespace perdure::persistence::detail

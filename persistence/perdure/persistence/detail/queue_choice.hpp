@@ -76,11 +76,24 @@ namespace perdure::persistence::detail {
 /// queue's concurrency or rate is used up.
 void count_throttled(queue_stats& c);
 
-/// The journal rule of a retried or requeued item: entries from its first
-/// step or transaction that failed (past its retries, or terminally) on
-/// are forgotten, so those steps run again and the ones before do not.
-/// The SQL condition on `seq` (journal of run `?`/`$n` given as `run`).
-std::string retried_journal_condition(const std::string& journal,
-                                      const std::string& run);
+/// The journal of a retried or requeued item: each attempt is a run of
+/// its own, resuming after the steps that succeeded before the first step
+/// (or transaction) that failed -- or from the start if none failed (the
+/// code threw on its own, a child failed, a wait timed out). The two
+/// statements, in this order, for run `run` (a `$n`/`?n` parameter) at
+/// `now`:
+/// - a marker of the attempt (kind 'phase', name 'attempt', payload the
+///   first index forgotten) after the journal's last entry: the attempt's
+///   new operations take indexes after it, so ids of calls, children and
+///   awakeables never repeat one of an earlier attempt;
+/// - what the attempt forgets: the entries from that index on, but for the
+///   transactional steps that committed (a later attempt takes their
+///   result by name instead of committing again) and earlier markers.
+/// `pg`: PostgreSQL's spelling of a payload (bytea) from text.
+std::string new_attempt_marker(const std::string& journal,
+                               const std::string& run, const std::string& now,
+                               bool pg);
+std::string forgotten_by_new_attempt(const std::string& journal,
+                                     const std::string& run);
 
 } // namespace perdure::persistence::detail

@@ -66,6 +66,10 @@ void claim(queue_actor* self) {
     try {
       c = rt.stores->with(
         [&](persistence::store& db) { return db.claim_queued(req); });
+      {
+        std::lock_guard guard{q->claimed_mtx};
+        q->partition_cursor = c.partition_cursor;
+      }
       claimed = static_cast<std::int64_t>(c.runs.size());
       for (auto& run : c.runs) {
         ids.push_back(run.id);

@@ -70,6 +70,7 @@ queue_service::claim_request(queue_entry& q) const {
   // items need large claims: 5-9 K items/s with 10 workers claiming 30-70
   // ahead, 13-14 K claiming 150; few long ones need none).
   std::lock_guard guard{q.claimed_mtx};
+  req.partition_after = q.partition_cursor;
   auto workers = q.opts.worker_concurrency;
   std::int64_t total = workers;
   if (!q.shared) {
@@ -328,12 +329,17 @@ void queue_service::released(const std::string& id) {
     q = queues_.at(i->second).get();
     items_.erase(i);
     unwatched_.erase(id);
-    if (running_)
-      caf::anon_send(q->actor, released_atom::value, id);
   }
   {
+    // Free before its queue actor hears: the claim it makes then counts
+    // this worker idle (else it claimed nothing until the next poll).
     std::lock_guard guard{q->claimed_mtx};
     q->in_memory.erase(id);
+  }
+  {
+    std::lock_guard guard{mtx_};
+    if (running_)
+      caf::anon_send(q->actor, released_atom::value, id);
   }
   start_claimed(*q); // its worker takes the next item at once
 }

@@ -50,6 +50,9 @@ struct queue_entry {
   std::int64_t rate_since_ms = 0;
   std::int64_t ended_since = 0;
   double ends_per_s = 0;
+  /// Where its next claim reads partitions from (see
+  /// `queue_claim_request::partition_after`).
+  std::string partition_cursor;
   /// Its workers' threads (steps and transactions of its items).
   std::unique_ptr<perdure::detail::step_executor> pool;
   /// Whether it has a limit shared by processes (see `shares_limits`).
