@@ -1273,7 +1273,16 @@ void cancel_run(runtime_impl& rt, const std::string& id) {
       [&](persistence::store& db) { return db.get_run(id); });
     if (!run)
       throw error(errc::not_found, "no workflow run with id '" + id + "'");
-    return; // it had ended already
+    // Ended already -- or cancelled by this very call, whose commit reply
+    // was lost and whose retry found it CANCELLED (M5): telling its actor
+    // and its parent again is harmless, and without it the actor ran on
+    // until its next write was refused. (Its cancelled descendants are
+    // refused at their next write as before.)
+    if (run->status == run_status::cancelled) {
+      rt.apply_cancel({{id, false}});
+      rt.tell_parent(id);
+    }
+    return;
   }
   rt.apply_cancel(cancelled);
   rt.tell_parent(id);

@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 
 #include "perdure/perdure.hpp"
+#include "perdure/detail/runtime_impl.hpp"
 #include "perdure/pqxx_session.hpp"
 #include "perdure/sqlite_session.hpp"
 #include "perdure/queues/queue.hpp"
@@ -726,7 +727,7 @@ TEST_F(review_test, partitions_beyond_a_thousand_take_their_turn) {
     starts.push_back(p);
     co_return 0;
   });
-  queues::register_queue(rt, "q", {.worker_concurrency = 1,
+  queues::register_queue(rt, "q", {.worker_concurrency = 4,
                                    .partition_concurrency = 1});
   constexpr int partitions = 1200;
   auto key = [](int p) {
@@ -806,6 +807,24 @@ TEST_F(review_test, a_failed_call_is_named_as_the_code_made_it) {
             std::string::npos)
     << what;
   EXPECT_NE(what.find("insufficient funds"), std::string::npos) << what;
+}
+
+} // namespace
+
+namespace {
+
+// 17: a fencing recorded for an invocation (its write refused at epoch 3,
+// after a lease regain) does not stand against a claim of its key at a
+// newer epoch: that copy is this process's, and runs.
+TEST_F(review_test, a_fenced_invocation_runs_again_when_its_key_is_claimed_anew) {
+  perdure::detail::runtime_impl rt{db_.runtime_config(), false};
+  rt.start();
+  rt.fenced_from("call-1", 3);
+  EXPECT_FALSE(rt.owns("call-1", 3));
+  rt.invocation_started("call-1", caf::actor{}, 1, 4);
+  EXPECT_TRUE(rt.owns("call-1", 4))
+    << "the fencing at epoch 3 still refused the copy at epoch 4";
+  rt.stop();
 }
 
 } // namespace

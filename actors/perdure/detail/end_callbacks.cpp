@@ -118,8 +118,8 @@ void end_callbacks::run() {
         threw = "an exception not derived from std::exception";
       }
       guard.lock();
-      if (stopping_)
-        return; // stopped (maybe by f, maybe with its runtime gone)
+      if (delete_itself_)
+        return; // f stopped the runtime (which may be gone): nothing more
       guard.unlock();
       if (!threw.empty())
         rt_.log().error("perdure: a when_done callback threw: {}", threw);
