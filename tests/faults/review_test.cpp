@@ -780,7 +780,8 @@ TEST_F(review_test, partitions_beyond_a_thousand_take_their_turn) {
   auto seconds_before = std::count_if(
     starts.begin(), starts.begin() + static_cast<long>(last_late_first),
     [](auto& s) { return s.second == 1; });
-  EXPECT_LT(seconds_before, 300)
+  // 93c3896 (the first 1000 partitions only): about 200 here; now 0-20.
+  EXPECT_LT(seconds_before, 100)
     << "partitions past the first 1000 waited for the others' second items";
 }
 
