@@ -1009,28 +1009,29 @@ void runtime_impl::check_stranded() {
   try {
     // What this process holds or is about to: actors, revivals, orphans
     // due for one, items claimed ahead of their workers.
-    std::unordered_set<std::string> ahead;
-    auto held = [&] {
-      ahead.clear();
+    auto claimed_ahead = [&] {
+      std::unordered_set<std::string> ids;
       if (queues)
-        queues->claimed_ahead(ahead);
-      std::lock_guard guard{active_mtx_};
-      return active_.size() + reviving_.size() + orphans_.size()
-             + ahead.size();
+        queues->claimed_ahead(ids);
+      return ids;
     };
     auto now = clock->now_ms();
     auto stored = stores->with([&](persistence::store& db) {
       return db.count_awake_pending(cfg.executor_id, now);
     });
-    if (stored <= static_cast<std::int64_t>(held())) {
+    {
+      auto held = claimed_ahead().size();
       std::lock_guard guard{active_mtx_};
-      stranded_suspects_.clear();
-      return;
+      held += active_.size() + reviving_.size() + orphans_.size();
+      if (stored <= static_cast<std::int64_t>(held)) {
+        stranded_suspects_.clear();
+        return;
+      }
     }
     auto listed = stores->with([&](persistence::store& db) {
       return db.list_awake_pending(cfg.executor_id, now);
     });
-    (void)held(); // the claimed-ahead items as of now
+    auto ahead = claimed_ahead(); // as of now, after the list
     std::vector<persistence::awake_pending> missing;
     {
       std::lock_guard guard{active_mtx_};

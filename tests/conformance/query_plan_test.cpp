@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -191,8 +192,12 @@ TEST_F(query_plan_test, no_statement_scans_every_run_or_the_journal) {
     try {
       (void)sql.scalar("SELECT size FROM pg_stat_file($1)", {log_file});
     } catch (const std::exception&) {
+      // scripts/test's cluster always writes it there: under CI a missing
+      // log is a broken set-up, not a reason to check nothing.
+      if (std::getenv("CI"))
+        FAIL() << "the server's log is not at " << log_file;
       GTEST_SKIP() << "the server's log is not at " << log_file
-                   << " (scripts/test's cluster writes it there)";
+                   << " (a cluster not started by scripts/test)";
     }
   } else {
     persistence::observe_sqlite_statements(remember);
