@@ -198,6 +198,14 @@ void runtime_impl::start() {
   for (auto& [name, entry] : workflows)
     filter_.names.push_back(name);
   filter_.app_version = cfg.app_version;
+  object_filter.types.clear();
+  for (auto& [type, entry] : object_types) {
+    auto& [name, handlers] = object_filter.types.emplace_back();
+    name = type;
+    for (auto& [handler, h] : entry.handlers)
+      handlers.push_back(handler);
+  }
+  object_filter.app_version = cfg.app_version;
   {
     // A runtime object started again: nothing of its last life counts
     // (its timers and its takeover job went with it).

@@ -829,3 +829,163 @@ TEST_F(review_test, a_fenced_invocation_runs_again_when_its_key_is_claimed_anew)
 }
 
 } // namespace
+
+namespace {
+
+/// Registers "account" with "add" only (the code before a deploy that adds
+/// "twice").
+void register_old_account(runtime& rt) {
+  rt.register_object<account>("account").handler(
+    "add",
+    [](object_context<account>& ctx, std::int64_t n) -> task<std::int64_t> {
+      ctx.state().total += n;
+      co_return ctx.state().total;
+    });
+}
+
+/// Registers "account" with "add" and "twice" (doubles the total).
+void register_new_account(runtime& rt) {
+  rt.register_object<account>("account")
+    .handler("add",
+             [](object_context<account>& ctx, std::int64_t n)
+               -> task<std::int64_t> {
+               ctx.state().total += n;
+               co_return ctx.state().total;
+             })
+    .handler("twice", [](object_context<account>& ctx) -> task<std::int64_t> {
+      ctx.state().total *= 2;
+      co_return ctx.state().total;
+    });
+}
+
+config versioned(const test::database& db, std::string executor,
+                 std::string version) {
+  auto cfg = db.runtime_config(std::move(executor));
+  cfg.app_version = std::move(version);
+  return cfg;
+}
+
+// 8: a call a holder's code cannot run (a handler it lacks, another app
+// version) waits for a process that can run it, never ends ERROR; the key
+// goes on serving its calls in order.
+TEST_F(review_test, a_call_the_holder_cannot_run_waits_for_code_that_can) {
+  std::string id;
+  {
+    runtime v1{versioned(db_, "p1", "v1")};
+    register_old_account(v1);
+    v1.start();
+    EXPECT_EQ(v1.call<std::int64_t>("account", "k", "add", std::int64_t{5}), 5);
+    // A client of the new code calls a handler v1 lacks, at v2.
+    client c{versioned(db_, "web", "v2")};
+    auto h = c.send<std::int64_t>("account", "k", "twice");
+    id = h.id();
+    auto behind = c.send<std::int64_t>("account", "k", "add", std::int64_t{0});
+    std::this_thread::sleep_for(1s);
+    EXPECT_NE(h.status(), run_status::error) << "v1 ended a call it lacks";
+    EXPECT_FALSE(is_terminal(behind.status())) << "a later call overtook it";
+    // v1 still runs its own calls of other keys.
+    EXPECT_EQ(v1.call<std::int64_t>("account", "j", "add", std::int64_t{2}), 2);
+  }
+  runtime v2{versioned(db_, "p2", "v2")};
+  register_new_account(v2);
+  v2.start();
+  client c{versioned(db_, "web", "v2")};
+  EXPECT_EQ(c.retrieve_workflow<std::int64_t>(id).get(10s), 10);
+  EXPECT_EQ(v2.call<std::int64_t>("account", "k", "add", std::int64_t{1}), 11);
+}
+
+// 8, on PostgreSQL with both versions live: a new process's call on a key
+// an old one holds runs on the new one, and back.
+TEST_F(review_test, calls_go_to_the_process_whose_code_runs_them) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "one runtime per SQLite file";
+  runtime v1{versioned(db_, "p1", "v1")};
+  register_old_account(v1);
+  v1.start();
+  runtime v2{versioned(db_, "p2", "v2")};
+  register_new_account(v2);
+  v2.start();
+  EXPECT_EQ(v1.call<std::int64_t>("account", "k", "add", std::int64_t{5}), 5);
+  // v1 holds k; v2's calls (its version, and a handler v1 lacks) go to v2.
+  EXPECT_EQ(v2.call<std::int64_t>("account", "k", "twice"), 10);
+  EXPECT_EQ(v2.call<std::int64_t>("account", "k", "add", std::int64_t{1}), 11);
+  EXPECT_EQ(v1.call<std::int64_t>("account", "k", "add", std::int64_t{1}), 12);
+  EXPECT_EQ(v2.call<std::int64_t>("account", "k", "twice"), 24);
+}
+
+// 8: a state this process's code cannot read (written by other code) makes
+// its calls wait, not fail; once the state is readable they run.
+TEST_F(review_test, a_state_the_code_cannot_read_makes_calls_wait) {
+  runtime rt{db_.runtime_config()};
+  register_account(rt);
+  rt.start();
+  EXPECT_EQ(rt.call<std::int64_t>("account", "k", "add", std::int64_t{5}), 5);
+  rt.stop();
+  test::sql_client sql{db_};
+  auto set_state = [&](const std::string& hex) {
+    auto value = test::store_under_test() == "postgres"
+                   ? "decode('" + hex + "', 'hex')"
+                   : "x'" + hex + "'";
+    sql.exec("UPDATE " + sql.table("objects") + " SET state = " + value
+             + ", version = version + 1 WHERE key = 'k'");
+  };
+  auto good = sql.scalar("SELECT " + std::string{test::store_under_test() == "postgres"
+                                                   ? "encode(state, 'hex')"
+                                                   : "hex(state)"}
+                         + " FROM " + sql.table("objects")
+                         + " WHERE key = 'k'");
+  set_state("ff00ff00"); // what other code wrote
+  rt.start();
+  auto h = rt.send<std::int64_t>("account", "k", "add", std::int64_t{1});
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(is_terminal(h.status())) << "the call ended on a state it "
+                                           "cannot read";
+  set_state(good); // readable again (as if the other code wrote it)
+  EXPECT_EQ(h.get(15s), 6);
+}
+
+// M3: a claim counts a recovery only for the call that may have begun (the
+// oldest); those queued behind it never began.
+TEST_F(review_test, queued_calls_count_no_recovery_when_their_key_is_claimed) {
+  std::vector<std::string> ids;
+  {
+    runtime rt{db_.runtime_config("p1")};
+    rt.register_object<account>("account").handler(
+      "hold", [](object_context<account>& ctx) -> task<std::int64_t> {
+        co_await ctx.sleep(1h);
+        co_return 0;
+      });
+    rt.start();
+    for (int i = 0; i < 3; ++i)
+      ids.push_back(rt.send<std::int64_t>("account", "k", "hold").id());
+    ASSERT_TRUE(test::eventually([&] {
+      return rt.retrieve_workflow<std::int64_t>(ids[0]).status()
+             == run_status::pending;
+    }, 10s));
+  }
+  for (int restart = 0; restart < 3; ++restart) {
+    runtime rt{db_.runtime_config("p1")};
+    rt.register_object<account>("account").handler(
+      "hold", [](object_context<account>& ctx) -> task<std::int64_t> {
+        co_await ctx.sleep(1h);
+        co_return 0;
+      });
+    rt.start();
+    std::this_thread::sleep_for(300ms);
+  }
+  test::sql_client sql{db_};
+  EXPECT_EQ(sql.scalar("SELECT recovery_attempts FROM " + sql.table("runs")
+                         + " WHERE id = $1",
+                       {ids[1]}),
+            "0");
+  EXPECT_EQ(sql.scalar("SELECT recovery_attempts FROM " + sql.table("runs")
+                         + " WHERE id = $1",
+                       {ids[2]}),
+            "0");
+  EXPECT_NE(sql.scalar("SELECT recovery_attempts FROM " + sql.table("runs")
+                         + " WHERE id = $1",
+                       {ids[0]}),
+            "0");
+}
+
+} // namespace

@@ -146,6 +146,11 @@ struct object_host {
   /// cancel reaches it; the stranded-work check sees it held).
   void hold(persistence::run_record run);
   void take_inbox();
+  /// Gives the key up, nothing running: `why` its next call (or its state,
+  /// at `unreadable_version`) is not for this process's code. The calls
+  /// it held go back to the store for a process that can run them.
+  void give_up_key(const std::string& why,
+                   std::optional<std::int64_t> unreadable_version);
   /// Leaves memory; `revive`: the key's invocations may be left, so it is
   /// claimed again soon.
   void leave(bool revive);
@@ -233,10 +238,17 @@ void object_host::init(object_activation a) {
   try {
     state->decode(written);
   } catch (const std::exception& ex) {
-    unreadable = ex.what();
-    rt->log().error("perdure: the state of {} '{}' cannot be decoded ({}); "
-                    "its invocations fail until it is fixed",
-                    type, key, ex.what());
+    // Written by other code (a rolling deploy that changed its shape): no
+    // call fails for it; they wait for a process whose code reads it.
+    rt->log().error("perdure: the state of {} '{}' (version {}) cannot be "
+                    "read by this process's code ({}); its calls wait for a "
+                    "process whose code can read it: deploy code that reads "
+                    "this state",
+                    type, key, a.claimed.object.version, ex.what());
+    stopping = true; // nothing starts; the inbox goes back to the store
+    caf::anon_send(caf::actor_cast<caf::actor>(self),
+                   object_message{unreadable_state{a.claimed.object.version}});
+    return;
   }
   for (auto& e : a.journals)
     journals[e.run_id].push_back(std::move(e));
@@ -279,8 +291,21 @@ void object_host::run_next() {
   // In order: an exclusive one alone, shared ones together, and only on
   // committed state (none running or committing before them).
   while (!queue.empty()) {
-    auto h = entry->handlers.find(queue.front().name);
-    auto shared = h != entry->handlers.end() && h->second.shared;
+    auto& next = queue.front();
+    auto h = entry->handlers.find(next.name);
+    if (h == entry->handlers.end()
+        || (!next.app_version.empty()
+            && next.app_version != rt->cfg.app_version)) {
+      // Calls of a key run in order: this one, and those after it, go to a
+      // process that can run it (a rolling deploy), never end ERROR here.
+      if (!current && committing.empty() && readers.empty())
+        give_up_key("its next call (" + next.id + ", handler '" + next.name
+                      + "', version '" + next.app_version
+                      + "') is not one this process runs",
+                    std::nullopt);
+      return;
+    }
+    auto shared = h->second.shared;
     if (current || (shared ? !committing.empty() : !readers.empty()))
       break;
     auto inv = start(std::move(queue.front()));
@@ -410,6 +435,31 @@ void object_host::take_inbox() {
   });
 }
 
+void object_host::give_up_key(const std::string& why,
+                              std::optional<std::int64_t> unreadable_version) {
+  rt->log().info("perdure: {} '{}' is left for another process: {}", type, key,
+                 why);
+  stopping = true;
+  for (auto& run : queue) // its callers read the store
+    rt->run_stopped(run.id, std::nullopt, -1);
+  queue.clear();
+  rt->objects->give_up(type, key, caf::actor_cast<caf::actor>(self),
+                       unreadable_version);
+  rt->control->post([rt = rt, type = type, key = key, owner = owner] {
+    try {
+      rt->stores->with([&](persistence::store& db) {
+        db.release_object(type, key, owner);
+      });
+    } catch (const std::exception& ex) {
+      rt->log().warn("perdure: could not give up {} '{}' ({}); trying again "
+                     "soon",
+                     type, key, ex.what());
+      rt->objects->retry_give_up(type, key);
+    }
+  });
+  quit();
+}
+
 void object_host::leave(bool revive) {
   stopping = true;
   for (auto& run : queue) // not run here: their callers read the store
@@ -446,6 +496,14 @@ void object_host::on(object_message& message) {
     }
     void operator()(invocation_arrived& m) {
       ++h.received;
+      if (h.stopping) {
+        // Handed as the actor left: whoever holds the key next takes it.
+        h.rt->run_stopped(m.run.id, std::nullopt, -1);
+        h.rt->control->post([rt = h.rt, type = h.type, key = h.key] {
+          rt->objects->reach(type, key, true);
+        });
+        return;
+      }
       h.queue.push_back(std::move(m.run));
       h.run_next();
     }
@@ -496,6 +554,9 @@ void object_host::on(object_message& message) {
       for (auto& [tag, r] : h.readers)
         if (started(*r))
           return;
+    }
+    void operator()(unreadable_state& m) {
+      h.give_up_key("its state cannot be read", m.version);
     }
     void operator()(idle_check& m) {
       if (m.generation != h.idle_generation || h.current || !h.queue.empty()

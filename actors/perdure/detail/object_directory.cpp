@@ -115,8 +115,25 @@ bool object_directory::activate(const std::string& type,
   auto registered = rt_.object_types.find(type);
   if (registered == rt_.object_types.end() || !rt_.running())
     return false;
+  auto id = id_of(type, key);
+  std::optional<std::int64_t> unreadable_at;
+  {
+    std::lock_guard guard{mtx_};
+    if (auto u = unreadable_.find(id); u != unreadable_.end())
+      unreadable_at = u->second;
+  }
+  if (unreadable_at) {
+    // Given up for a state this code cannot read: claimed again only once
+    // another process wrote it.
+    auto now = rt_.stores->with(
+      [&](persistence::store& db) { return db.get_object(type, key); });
+    if (now && now->version == *unreadable_at)
+      return false;
+    std::lock_guard guard{mtx_};
+    unreadable_.erase(id);
+  }
   auto claimed = rt_.stores->with([&](persistence::store& db) {
-    return db.claim_object(type, key, rt_.cfg.executor_id);
+    return db.claim_object(type, key, rt_.cfg.executor_id, rt_.object_filter);
   });
   if (!claimed)
     return false; // another live process holds it
@@ -136,7 +153,6 @@ bool object_directory::activate(const std::string& type,
   auto actor = rt_.spawn_object(std::move(a));
   if (!actor)
     return false; // stopping
-  auto id = id_of(type, key);
   active_[id] = entry{*actor, epoch, 0};
   names_[id] = {type, key};
   return true;
@@ -145,12 +161,10 @@ bool object_directory::activate(const std::string& type,
 void object_directory::recover(bool at_start) {
   if (rt_.object_types.empty())
     return;
-  std::vector<std::string> types;
-  for (auto& [type, entry] : rt_.object_types)
-    types.push_back(type);
   for (;;) {
     auto keys = rt_.stores->with([&](persistence::store& db) {
-      return db.claimable_objects(rt_.cfg.executor_id, types, 512, at_start);
+      return db.claimable_objects(rt_.cfg.executor_id, rt_.object_filter, 512,
+                                  at_start);
     });
     std::size_t claimed = 0;
     for (auto& [type, key] : keys) {
@@ -182,6 +196,34 @@ void object_directory::stopped(const std::string& type, const std::string& key,
       orphans_due_ = std::chrono::steady_clock::now() + rt_.cfg.orphan_retry;
     orphans_.emplace(std::move(id), std::make_pair(type, key));
   }
+}
+
+void object_directory::give_up(const std::string& type, const std::string& key,
+                               const caf::actor& actor,
+                               std::optional<std::int64_t> unreadable_version) {
+  auto id = id_of(type, key);
+  {
+    std::lock_guard guard{mtx_};
+    if (unreadable_version)
+      unreadable_[id] = *unreadable_version;
+    if (auto i = active_.find(id);
+        i != active_.end() && i->second.actor == actor) {
+      active_.erase(i);
+      names_.erase(id);
+    }
+  }
+}
+
+void object_directory::retry_give_up(const std::string& type,
+                                     const std::string& key) {
+  // Claimed again (the claim gives the key up if its next call is not for
+  // this process; a state it cannot read is met again).
+  auto id = id_of(type, key);
+  std::lock_guard guard{mtx_};
+  unreadable_.erase(id);
+  if (orphans_.empty())
+    orphans_due_ = std::chrono::steady_clock::now() + rt_.cfg.orphan_retry;
+  orphans_.emplace(std::move(id), std::make_pair(type, key));
 }
 
 bool object_directory::try_passivate(const std::string& type,

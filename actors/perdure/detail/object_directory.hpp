@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -55,6 +56,17 @@ public:
   void stopped(const std::string& type, const std::string& key,
                const caf::actor& actor, bool revive);
 
+  /// The key's actor `actor` gives the key up: its next call is not one
+  /// this process can run, or (`unreadable_version`) the key's state at
+  /// that version is not one its code can read (the key is not claimed
+  /// here again until another process wrote it).
+  void give_up(const std::string& type, const std::string& key,
+               const caf::actor& actor,
+               std::optional<std::int64_t> unreadable_version);
+
+  /// Giving the key up could not be written: it is claimed again soon.
+  void retry_give_up(const std::string& type, const std::string& key);
+
   /// The key's actor `actor`, idle, asks to leave memory, having received
   /// `received` invocations handed to it: true if none is on its way.
   bool try_passivate(const std::string& type, const std::string& key,
@@ -98,6 +110,8 @@ private:
   std::unordered_set<std::string> activating_;
   std::unordered_map<std::string, std::pair<std::string, std::string>> orphans_;
   std::unordered_map<std::string, std::pair<std::string, std::string>> dropped_;
+  /// Keys given up for a state this code cannot read, at that version.
+  std::unordered_map<std::string, std::int64_t> unreadable_;
   /// (type, key) of each active key, by id.
   std::unordered_map<std::string, std::pair<std::string, std::string>> names_;
   std::chrono::steady_clock::time_point orphans_due_;

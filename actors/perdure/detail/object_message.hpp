@@ -45,8 +45,15 @@ struct idle_check {
   std::uint64_t generation = 0;
 };
 
+/// The key's state, at `version`, could not be decoded when it was claimed:
+/// give the key up (sent to itself, as an actor does not quit while it
+/// starts).
+struct unreadable_state {
+  std::int64_t version = 0;
+};
+
 using object_message
   = std::variant<tagged_run_message, invocation_arrived, inbox_news,
-                 inbox_taken, queued_cancel, idle_check>;
+                 inbox_taken, queued_cancel, idle_check, unreadable_state>;
 
 } // namespace perdure::detail

@@ -64,6 +64,9 @@ public:
   std::unordered_map<std::string, workflow_entry> workflows;
   /// Registered virtual object types.
   std::unordered_map<std::string, object_entry> object_types;
+  /// Which invocations this process may run (its handlers and app version),
+  /// set at start.
+  persistence::object_claim_filter object_filter;
   /// A client-only process (no actors, no executor lease).
   const bool client_mode;
 

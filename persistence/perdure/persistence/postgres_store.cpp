@@ -1611,6 +1611,42 @@ std::string holder_gone(const std::string& s, const std::string& o) {
            "'live'))";
 }
 
+/// Returns the condition that the oldest unended invocation of key
+/// (`type`, `key`) is one a process may run, or that there is none:
+/// `handlers` (a text[] parameter) names what it registered as
+/// `type\x1fhandler`, `version` its app version (see object_claim_filter).
+std::string oldest_admitted(const std::string& s, const std::string& type,
+                            const std::string& key, const std::string& handlers,
+                            const std::string& version) {
+  return "COALESCE((SELECT (h.object_type || chr(31) || h.name) = ANY("
+         + handlers + "::text[]) AND (h.app_version = '' OR h.app_version = "
+         + version + ") FROM " + s + "runs h WHERE h.object_type = " + type
+         + " AND h.object_key = " + key
+         + " AND h.status IN ('ENQUEUED', 'PENDING') ORDER BY h.inbox_seq "
+           "LIMIT 1), true)";
+}
+
+/// Returns the UPDATE that puts the invocations `executor` held of a key
+/// it gave up (a CTE named `released` returned a row) back to ENQUEUED,
+/// as if stored by a client: none of them began.
+std::string requeue_released(const std::string& s, const std::string& type,
+                             const std::string& key,
+                             const std::string& executor) {
+  return "UPDATE " + s + "runs SET status = 'ENQUEUED', executor = '', epoch "
+         "= 0 WHERE object_type = " + type + " AND object_key = " + key
+         + " AND status = 'PENDING' AND executor = " + executor
+         + " AND EXISTS (SELECT 1 FROM released)";
+}
+
+/// Returns what `can` registers as `oldest_admitted` takes it.
+std::string handler_array(const object_claim_filter& can) {
+  detail::pg_array out;
+  for (auto& [type, handlers] : can.types)
+    for (auto& h : handlers)
+      out.add(type + '\x1f' + h);
+  return out.str();
+}
+
 /// Reads invocations selected as the run columns then `inbox_seq`, of
 /// key (`type`, `key`), oldest first.
 std::vector<run_record> read_inbox(const pqxx::result& res,
@@ -1660,27 +1696,52 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
   auto cols = qualified_run_columns("r") + ", r.inbox_seq";
   // Taken if free, ours, or its holder's lease is not live; the epoch goes
   // up at every claim, so a copy of the key elsewhere is fenced.
+  // Taken if free, ours, or its holder's lease is not live, and its oldest
+  // invocation can run here (else a key of ours is given up); the epoch
+  // goes up at every claim, so a copy of the key elsewhere is fenced.
   c.prepare("claim_object",
-            "INSERT INTO " + s
+            "WITH head AS (SELECT "
+              + oldest_admitted(s, "$1", "$2", "$6", "$7")
+              + " AS ok), released AS (UPDATE " + s
+              + "objects SET executor = '', updated_at = $4 WHERE type = $1 "
+                "AND key = $2 AND executor = $3 AND NOT (SELECT ok FROM head) "
+                "RETURNING 1), requeued AS ("
+              + requeue_released(s, "$1", "$2", "$3")
+              + "), claimed AS (INSERT INTO " + s
               + "objects AS o (type, key, state, version, executor, epoch, "
-                "updated_at) SELECT $1, $2, NULL, 0, $3, 1, $4 WHERE "
+                "updated_at) SELECT $1, $2, NULL, 0, $3, 1, $4 WHERE (SELECT "
+                "ok FROM head) AND "
               + holds_lease(s, "$3", "$5")
               + " ON CONFLICT (type, key) DO UPDATE SET executor = "
                 "EXCLUDED.executor, epoch = o.epoch + 1, updated_at = "
                 "EXCLUDED.updated_at WHERE (o.executor = EXCLUDED.executor OR "
               + holder_gone(s, "o") + ") AND " + holds_lease(s, "$3", "$5")
-              + " RETURNING o.state, o.version, o.executor, o.epoch, "
-                "o.updated_at");
-  // One begun before (PENDING) counts a recovery: an invocation that takes
-  // its process down every time must end (see max_recovery_attempts).
+              + " AND (SELECT ok FROM head) RETURNING o.state, o.version, "
+                "o.executor, o.epoch, o.updated_at) SELECT state, version, "
+                "executor, epoch, updated_at, false FROM claimed UNION ALL "
+                "SELECT NULL::bytea, 0::bigint, ''::text, 0::bigint, "
+                "0::bigint, true FROM released");
+  // Only the oldest, if PENDING, counts a recovery: calls of a key run in
+  // order, so the ones behind it never began. An invocation that takes its
+  // process down every time must end (see max_recovery_attempts).
   c.prepare("claim_inbox",
             "UPDATE " + s
               + "runs r SET executor = $3, epoch = $4, status = 'PENDING', "
                 "wake_at = NULL, recovery_attempts = r.recovery_attempts + "
-                "CASE WHEN r.status = 'PENDING' THEN 1 ELSE 0 END WHERE "
+                "CASE WHEN r.status = 'PENDING' AND r.inbox_seq = (SELECT "
+                "min(h.inbox_seq) FROM " + s
+              + "runs h WHERE h.object_type = $1 AND h.object_key = $2 AND "
+                "h.status IN ('ENQUEUED', 'PENDING')) THEN 1 ELSE 0 END WHERE "
                 "r.object_type = $1 AND r.object_key = $2 AND r.status IN "
                 "('ENQUEUED', 'PENDING') RETURNING "
               + cols);
+  c.prepare("release_object",
+            "WITH released AS (UPDATE " + s
+              + "objects SET executor = '', updated_at = $5 WHERE type = $1 "
+                "AND key = $2 AND executor = $3 AND epoch = $4 RETURNING 1), "
+                "requeued AS ("
+              + requeue_released(s, "$1", "$2", "$3")
+              + ") SELECT 1 FROM released");
   c.prepare("hold_object",
             "SELECT 1 FROM " + s
               + "objects WHERE type = $1 AND key = $2 AND executor = $3 AND "
@@ -1702,9 +1763,10 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
               + "runs r LEFT JOIN " + s
               + "objects o ON o.type = r.object_type AND o.key = r.object_key "
                 "WHERE r.object_type = ANY($2::text[]) AND r.status IN "
-                "('ENQUEUED', 'PENDING') AND (o.type IS NULL OR "
-              + holder_gone(s, "o")
-              + " OR (o.executor = $1 AND ($4 OR r.status = 'ENQUEUED' OR "
+                "('ENQUEUED', 'PENDING') AND (((o.type IS NULL OR "
+              + holder_gone(s, "o") + ") AND "
+              + oldest_admitted(s, "r.object_type", "r.object_key", "$5", "$6")
+              + ") OR (o.executor = $1 AND ($4 OR r.status = 'ENQUEUED' OR "
                 "r.epoch <> o.epoch))) LIMIT $3");
   c.prepare("list_object_keys", "SELECT key FROM " + s
                                   + "objects WHERE type = $1 AND key > $2 "
@@ -1786,14 +1848,21 @@ std::vector<bool> postgres_store::commit_invocations(
 
 std::optional<claimed_object>
 postgres_store::claim_object(std::string_view type, std::string_view key,
-                             std::string_view executor) {
+                             std::string_view executor,
+                             const object_claim_filter& can) {
+  auto handlers = handler_array(can);
   return with_retry([&]() -> std::optional<claimed_object> {
     pqxx::work w{*conn_};
     auto res = w.exec_prepared("claim_object", std::string{type},
                                std::string{key}, std::string{executor},
-                               wall_ms(), lease());
+                               wall_ms(), lease(), handlers, can.app_version);
     if (res.empty())
       return std::nullopt;
+    if (res[0][5].as<bool>()) { // given up: its oldest call is not for us
+      announce_object(w, type, key);
+      w.commit();
+      return std::nullopt;
+    }
     claimed_object out;
     out.object = read_object(res[0], type, key);
     out.inbox = read_inbox(
@@ -1803,6 +1872,26 @@ postgres_store::claim_object(std::string_view type, std::string_view key,
     w.commit();
     return out;
   });
+}
+
+void postgres_store::release_object(std::string_view type,
+                                    std::string_view key, const fence& owner) {
+  with_retry([&] {
+    pqxx::work w{*conn_};
+    if (!w.exec_prepared("release_object", std::string{type},
+                         std::string{key}, owner.executor, owner.epoch,
+                         wall_ms())
+           .empty())
+      announce_object(w, type, key);
+    w.commit();
+  });
+}
+
+void postgres_store::announce_object(pqxx::transaction_base& w,
+                                     std::string_view type,
+                                     std::string_view key) {
+  w.exec_prepared("notify", detail::delivery_channel(schema_),
+                  "o:" + std::string{type} + '\x1f' + std::string{key});
 }
 
 std::optional<std::vector<run_record>>
@@ -1837,17 +1926,18 @@ postgres_store::get_object(std::string_view type, std::string_view key) {
 
 std::vector<std::pair<std::string, std::string>>
 postgres_store::claimable_objects(std::string_view executor,
-                                  const std::vector<std::string>& types,
+                                  const object_claim_filter& can,
                                   std::int64_t limit, bool all_ours) {
   detail::pg_array names;
-  for (auto& t : types)
-    names.add(t);
+  for (auto& [type, handlers] : can.types)
+    names.add(type);
+  auto handlers = handler_array(can);
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
     std::vector<std::pair<std::string, std::string>> out;
-    for (const auto& row : w.exec_prepared("claimable_objects",
-                                           std::string{executor}, names.str(),
-                                           limit, all_ours))
+    for (const auto& row : w.exec_prepared(
+           "claimable_objects", std::string{executor}, names.str(), limit,
+           all_ours, handlers, can.app_version))
       out.emplace_back(row[0].as<std::string>(), row[1].as<std::string>());
     return out;
   });

@@ -95,18 +95,20 @@ public:
   run_transaction(const fence& owner, journal_entry checkpoint,
                   const std::function<std::string(sql_session&)>& body) override;
 
-  std::optional<claimed_object> claim_object(std::string_view type,
-                                             std::string_view key,
-                                             std::string_view executor) override;
+  std::optional<claimed_object>
+  claim_object(std::string_view type, std::string_view key,
+               std::string_view executor,
+               const object_claim_filter& can) override;
+  void release_object(std::string_view type, std::string_view key,
+                      const fence& owner) override;
   std::optional<std::vector<run_record>>
   take_inbox(std::string_view type, std::string_view key,
              const fence& owner) override;
   std::optional<object_record> get_object(std::string_view type,
                                           std::string_view key) override;
   std::vector<std::pair<std::string, std::string>>
-  claimable_objects(std::string_view executor,
-                    const std::vector<std::string>& types, std::int64_t limit,
-                    bool all_ours) override;
+  claimable_objects(std::string_view executor, const object_claim_filter& can,
+                    std::int64_t limit, bool all_ours) override;
   std::vector<std::string> list_object_keys(std::string_view type,
                                             std::string_view after,
                                             std::int64_t limit) override;
@@ -148,6 +150,9 @@ private:
 
   void connect();
   void prepare_objects(connection& c, const std::string& s);
+  /// Tells every process (on `w`'s commit) to look at the key's inbox.
+  void announce_object(pqxx::transaction_base& w, std::string_view type,
+                       std::string_view key);
   /// `write_batch` without its invocations; then those alone.
   batch_result write_runs(const persistence::write_batch& batch);
   std::vector<bool>

@@ -7,6 +7,18 @@
 
 namespace perdure::persistence {
 
+bool object_claim_filter::admits(std::string_view type,
+                                 std::string_view handler,
+                                 std::string_view version) const {
+  auto& names = handlers(type);
+  return (version.empty() || version == app_version)
+         && std::find(names.begin(), names.end(), handler) != names.end();
+}
+
+bool object_claim_filter::admits(const run_record& run) const {
+  return admits(run.object_type, run.name, run.app_version);
+}
+
 const char* to_string(entry_kind x) noexcept {
   switch (x) {
     case entry_kind::step: return "step";

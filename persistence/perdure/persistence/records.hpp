@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -40,6 +42,36 @@ struct claim_filter {
     return (version.empty() || version == app_version)
            && std::find(names.begin(), names.end(), name) != names.end();
   }
+};
+
+/// Which invocations of virtual objects a process may run: those of a
+/// handler it registered for their type, recorded with no app version or
+/// with its own. A key is claimed only if its oldest unended invocation is
+/// one of them (calls of a key run in order); else it is left, or given up
+/// by its holder, for a process that can run it.
+struct run_record;
+
+struct object_claim_filter {
+  /// The registered handlers of each registered type.
+  std::vector<std::pair<std::string, std::vector<std::string>>> types;
+  std::string app_version;
+
+  /// Returns the handlers registered for `type` (none if it is not).
+  const std::vector<std::string>& handlers(std::string_view type) const {
+    static const std::vector<std::string> none;
+    for (auto& [t, h] : types)
+      if (t == type)
+        return h;
+    return none;
+  }
+
+  /// Returns whether a call of `handler` of `type` recorded with `version`
+  /// may run here.
+  bool admits(std::string_view type, std::string_view handler,
+              std::string_view version) const;
+
+  /// Returns whether invocation `run` may run here.
+  bool admits(const run_record& run) const;
 };
 
 /// The executor id a run has while no runtime owns it yet (started by a

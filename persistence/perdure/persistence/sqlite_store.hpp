@@ -102,18 +102,20 @@ public:
   std::vector<std::pair<std::int64_t, std::string>>
   notices_after(std::int64_t after);
 
-  std::optional<claimed_object> claim_object(std::string_view type,
-                                             std::string_view key,
-                                             std::string_view executor) override;
+  std::optional<claimed_object>
+  claim_object(std::string_view type, std::string_view key,
+               std::string_view executor,
+               const object_claim_filter& can) override;
+  void release_object(std::string_view type, std::string_view key,
+                      const fence& owner) override;
   std::optional<std::vector<run_record>>
   take_inbox(std::string_view type, std::string_view key,
              const fence& owner) override;
   std::optional<object_record> get_object(std::string_view type,
                                           std::string_view key) override;
   std::vector<std::pair<std::string, std::string>>
-  claimable_objects(std::string_view executor,
-                    const std::vector<std::string>& types, std::int64_t limit,
-                    bool all_ours) override;
+  claimable_objects(std::string_view executor, const object_claim_filter& can,
+                    std::int64_t limit, bool all_ours) override;
   std::vector<std::string> list_object_keys(std::string_view type,
                                             std::string_view after,
                                             std::int64_t limit) override;
@@ -139,6 +141,10 @@ private:
   void retried(const std::function<void()>& body);
   /// Stores notice `payload` (inside the caller's transaction).
   void notice_in(std::string_view payload);
+  /// The key was given up by `executor`: the invocations it held go back
+  /// to ENQUEUED, and every process is told (on commit).
+  void requeue_released(std::string_view type, std::string_view key,
+                        std::string_view executor);
   /// Starts the next attempt of queue item `id`'s journal.
   void new_attempt(std::string_view id, std::int64_t at_ms);
   class statement;
