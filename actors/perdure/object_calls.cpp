@@ -129,6 +129,9 @@ std::string client::invoke(std::string_view type, std::string_view key,
   auto result = ack.get();
   switch (result.ack) {
     case persistence::write_ack::committed:
+      if (result.enqueued) // older calls of the key wait: it follows them
+        run.status = run_status::enqueued;
+      run.inbox_seq = result.inbox_seq;
       rt.objects->deliver(to, run);
       return run.id;
     case persistence::write_ack::failed:

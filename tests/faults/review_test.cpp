@@ -989,3 +989,37 @@ TEST_F(review_test, queued_calls_count_no_recovery_when_their_key_is_claimed) {
 }
 
 } // namespace
+
+namespace {
+
+// 13: calls of a key run in the order they were stored, across processes:
+// a call the holder hands to its actor in memory never overtakes an older
+// one another process stored (whose announcement is still on its way).
+TEST_F(review_test, a_call_handed_in_memory_never_overtakes_an_older_stored_one) {
+  std::mutex mtx;
+  std::vector<std::int64_t> seen;
+  runtime rt{db_.runtime_config("holder")};
+  rt.register_object<account>("account").handler(
+    "log", [&](object_context<account>& ctx, std::int64_t n) -> task<std::int64_t> {
+      std::lock_guard guard{mtx};
+      seen.push_back(n);
+      ctx.state().total = n;
+      co_return n;
+    });
+  rt.start();
+  client c{db_.runtime_config("web")};
+  EXPECT_EQ(rt.call<std::int64_t>("account", "k", "log", std::int64_t{-1}), -1);
+  std::vector<workflow_handle<std::int64_t>> handles;
+  for (std::int64_t i = 0; i < 50; ++i) {
+    handles.push_back(c.send<std::int64_t>("account", "k", "log", 2 * i));
+    handles.push_back(rt.send<std::int64_t>("account", "k", "log", 2 * i + 1));
+  }
+  for (auto& h : handles)
+    h.get(30s);
+  std::lock_guard guard{mtx};
+  ASSERT_EQ(seen.size(), 101u);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()))
+    << "a call ran before one stored earlier";
+}
+
+} // namespace

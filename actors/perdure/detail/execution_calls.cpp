@@ -94,8 +94,12 @@ void execution::start_call() {
     auto type_key = std::make_pair(call.object_type, call.object_key);
     create_child_run(
       *rt, me, seq, fence, call,
-      [rt, &to, &call](persistence::run_record&) {
-        rt->objects->deliver(to, call); // the record as prepared
+      [rt, &to, &call](persistence::run_record& stored) {
+        // The record as prepared, as stored: ENQUEUED if older calls of
+        // its key wait (then not handed), and its inbox place.
+        call.status = stored.status;
+        call.inbox_seq = stored.inbox_seq;
+        rt->objects->deliver(to, call);
       },
       [rt, &type_key](const persistence::run_record&) {
         // Stored before a crash: make sure its key's holder runs it.

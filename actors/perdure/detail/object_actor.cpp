@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "perdure/detail/caf_messages.hpp"
 #include "perdure/detail/clock.hpp"
@@ -125,6 +128,9 @@ struct object_host {
   std::uint64_t received = 0;
   bool taking_inbox = false;
   bool inbox_again = false;
+  /// Handed while a take of the inbox was under way: they join the queue
+  /// with what it took, in inbox order (a call taken may be older).
+  std::vector<persistence::run_record> handed_in_take;
   std::uint64_t idle_generation = 0;
   bool stopping = false;
 
@@ -473,6 +479,9 @@ void object_host::leave(bool revive) {
 void object_host::quit() {
   // Whatever is still here is not run or ended by this actor: the runtime
   // forgets it, and its callers read the store.
+  for (auto& run : handed_in_take)
+    queue.push_back(std::move(run));
+  handed_in_take.clear();
   for (auto& run : queue)
     rt->run_stopped(run.id, std::nullopt, -1);
   queue.clear();
@@ -504,6 +513,10 @@ void object_host::on(object_message& message) {
         });
         return;
       }
+      if (h.taking_inbox) {
+        h.handed_in_take.push_back(std::move(m.run));
+        return;
+      }
       h.queue.push_back(std::move(m.run));
       h.run_next();
     }
@@ -520,12 +533,33 @@ void object_host::on(object_message& message) {
     }
     void operator()(inbox_taken& m) {
       h.taking_inbox = false;
+      auto handed = std::exchange(h.handed_in_take, {});
       if (!m.runs) { // the key went to another process
+        for (auto& run : handed)
+          h.queue.push_back(std::move(run));
         h.leave(false);
         return;
       }
+      // In the order they were stored (a place not known goes last).
+      std::vector<std::pair<persistence::run_record, bool>> arrived;
       for (auto& run : *m.runs)
-        h.hold(std::move(run));
+        arrived.emplace_back(std::move(run), true);
+      for (auto& run : handed)
+        arrived.emplace_back(std::move(run), false);
+      auto place = [](const persistence::run_record& r) {
+        return r.inbox_seq > 0 ? r.inbox_seq
+                               : std::numeric_limits<std::int64_t>::max();
+      };
+      std::stable_sort(arrived.begin(), arrived.end(),
+                       [&](const auto& a, const auto& b) {
+                         return place(a.first) < place(b.first);
+                       });
+      for (auto& [run, taken] : arrived) {
+        if (taken)
+          h.hold(std::move(run));
+        else // known to the runtime already (see object_directory)
+          h.queue.push_back(std::move(run));
+      }
       if (std::exchange(h.inbox_again, false))
         h.take_inbox();
       h.run_next();
@@ -592,6 +626,8 @@ caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
     self->state.rt->objects->stopped(self->state.type, self->state.key,
                                      caf::actor_cast<caf::actor>(self), true);
     for (auto& run : self->state.queue)
+      rt->run_stopped(run.id, std::nullopt, -1);
+    for (auto& run : self->state.handed_in_take)
       rt->run_stopped(run.id, std::nullopt, -1);
     for (auto& [tag, c] : self->state.committing)
       rt->run_stopped(c->exec.run_id(), std::nullopt, self->state.owner.epoch);

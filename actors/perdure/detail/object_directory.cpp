@@ -37,7 +37,9 @@ object_directory::prepare(persistence::run_record& run) {
 
 void object_directory::deliver(const std::optional<caf::actor>& to,
                                persistence::run_record run) {
-  if (to) {
+  // Stored ENQUEUED though `to` was to take it in memory: older calls of
+  // the key wait unseen, so it reaches the actor through the inbox.
+  if (to && run.status == run_status::pending) {
     std::lock_guard guard{mtx_};
     auto i = active_.find(id_of(run.object_type, run.object_key));
     if (i != active_.end() && i->second.actor == *to

@@ -32,8 +32,9 @@ public:
   /// the actor to hand it to once stored, if any.
   std::optional<caf::actor> prepare(persistence::run_record& run);
 
-  /// `run` is stored: hands it to `to` if that is still the key's actor at
-  /// the run's epoch, else makes sure the key's holder takes it.
+  /// `run` is stored (with its status as stored): hands it to `to` if it
+  /// is PENDING and `to` is still the key's actor at the run's epoch, else
+  /// makes sure the key's holder takes it from the inbox.
   void deliver(const std::optional<caf::actor>& to,
                persistence::run_record run);
 

@@ -161,6 +161,11 @@ journal_writer::commit(store& db, const write_batch& batch,
       bool ok = result.took_effect(s);
       r.ack = ok ? write_ack::committed : write_ack::rejected;
       auto idx = s.index;
+      if (ok && s.kind == kind_of<run_record>()) {
+        r.enqueued = idx < result.enqueued.size() && result.enqueued[idx];
+        if (idx < result.inbox_seqs.size())
+          r.inbox_seq = result.inbox_seqs[idx];
+      }
       if (ok && s.kind == kind_of<append_write>()
           && idx < result.recorded.size() && result.recorded[idx]) {
         auto& stored = *result.recorded[idx];

@@ -38,6 +38,10 @@ struct write_result {
   std::optional<journal_entry> recorded;
   /// With `failed`: why (`store_unavailable`, `store_full`, `store_error`).
   errc error = errc::none;
+  /// A creation committed: stored ENQUEUED instead of PENDING (see
+  /// `batch_result::enqueued`), and its place in its key's inbox.
+  bool enqueued = false;
+  std::int64_t inbox_seq = 0;
 };
 
 /// The group-commit writer: every run creation, journal append and run

@@ -43,16 +43,33 @@ detail::failure_kind classify(std::exception_ptr ep) {
 bool owns(pqxx::transaction_base& w, const fence& owner,
           const std::string& run_id, std::int64_t lease);
 
-/// Returns, for each of `runs`, whether its id is in `inserted`.
-std::vector<bool> created_flags(const std::vector<run_record>& runs,
-                                std::unordered_set<std::string>& inserted) {
+/// Fills `out`'s creation flags: for each of `runs`, whether its id is in
+/// `inserted`, whether it was stored ENQUEUED though asked PENDING, and
+/// its inbox place.
+void creation_flags(const std::vector<run_record>& runs,
+                    std::unordered_map<std::string, inserted_run>& inserted,
+                    batch_result& out) {
   // A re-sent batch (in-doubt commit) finds its own runs: not "inserted"
   // by this call, which callers resolve by reading the run.
-  std::vector<bool> created;
-  created.reserve(runs.size());
-  for (auto& run : runs)
-    created.push_back(inserted.erase(run.id) > 0);
-  return created;
+  out.created.reserve(runs.size());
+  out.enqueued.reserve(runs.size());
+  out.inbox_seqs.reserve(runs.size());
+  for (auto& run : runs) {
+    auto i = inserted.find(run.id);
+    auto found = i != inserted.end();
+    out.created.push_back(found);
+    out.enqueued.push_back(found && i->second.enqueued
+                           && run.status == run_status::pending);
+    out.inbox_seqs.push_back(found ? i->second.inbox_seq : 0);
+    if (found)
+      inserted.erase(i);
+  }
+}
+
+/// Reads a created run's tag row value, `<inbox_seq>:<id>`.
+std::pair<std::string, std::int64_t> read_created(const std::string& value) {
+  auto colon = value.find(':');
+  return {value.substr(colon + 1), std::stoll(value.substr(0, colon))};
 }
 
 
@@ -161,11 +178,20 @@ std::string create_runs_sql(const std::string& s, int first) {
     return "$" + std::to_string(first + i) + "::" + type + "[]";
   };
   // An invocation takes the next inbox number, in the order unnest gives
-  // the rows (a function scan: a batch keeps its order).
+  // the rows (a function scan: a batch keeps its order). One to hand to
+  // its key's actor (PENDING under the key's epoch) is stored ENQUEUED if
+  // older calls of the key wait that the actor has not taken: it follows
+  // them through the inbox (per-key order across processes).
   return "INSERT INTO " + s
          + "runs (id, name, status, inputs, executor, epoch, app_version, "
            "created_at, updated_at, parent_id, deadline, object_type, "
-           "object_key, inbox_seq) SELECT i.id, i.name, i.status, "
+           "object_key, inbox_seq) SELECT i.id, i.name, CASE WHEN i.otype IS "
+           "NOT NULL AND i.status = 'PENDING' AND EXISTS (SELECT 1 FROM "
+         + s
+         + "runs h WHERE h.object_type = i.otype AND h.object_key = i.okey "
+           "AND h.status IN ('ENQUEUED', 'PENDING') AND (h.status = "
+           "'ENQUEUED' OR h.executor <> i.executor OR h.epoch <> i.epoch)) "
+           "THEN 'ENQUEUED' ELSE i.status END, "
            "decode(i.inputs, 'hex'), i.executor, i.epoch, i.app_version, "
            "i.created_at, i.created_at, i.parent, i.deadline, i.otype, i.okey, "
            "CASE WHEN i.otype IS NULL THEN NULL ELSE nextval('"
@@ -176,7 +202,7 @@ std::string create_runs_sql(const std::string& s, int first) {
          + p(9, "bigint") + ", " + p(10, "text") + ", " + p(11, "text")
          + ") AS i(id, name, status, inputs, executor, epoch, app_version, "
            "created_at, parent, deadline, otype, okey) ON CONFLICT (id) DO "
-           "NOTHING RETURNING id";
+           "NOTHING RETURNING id, status, COALESCE(inbox_seq, 0) AS seq";
 }
 
 /// Adds `c` to the seven arrays a completion is written from.
@@ -247,7 +273,9 @@ struct postgres_store::creation_arrays {
            "create_runs", ids.str(), names.str(), statuses.str(), inputs.str(),
            execs.str(), epochs.str(), versions.str(), ats.str(), parents.str(),
            deadlines.str(), object_types.str(), object_keys.str()))
-      out.inserted.insert(row[0].as<std::string>());
+      out.inserted.emplace(row[0].as<std::string>(),
+                           inserted_run{row[1].as<std::string>() == "ENQUEUED",
+                                        row[2].as<std::int64_t>()});
   }
 };
 
@@ -345,13 +373,19 @@ void postgres_store::connect() {
                + "runs (id, name, status, inputs, executor, epoch, "
                  "app_version, created_at, updated_at, parent_id, deadline, "
                  "object_type, object_key, inbox_seq, call_chain) VALUES ($1, "
-                 "$2, $3, $4, $5, $6, $7, $8, $8, $9, $10, $11, $12, CASE WHEN "
-                 "$11::text IS NULL THEN NULL ELSE nextval('"
+                 "$2, CASE WHEN $11::text IS NOT NULL AND $3 = 'PENDING' AND "
+                 "EXISTS (SELECT 1 FROM " + s
+               + "runs h WHERE h.object_type = $11 AND h.object_key = $12 AND "
+                 "h.status IN ('ENQUEUED', 'PENDING') AND (h.status = "
+                 "'ENQUEUED' OR h.executor <> $5 OR h.epoch <> $6)) THEN "
+                 "'ENQUEUED' ELSE $3 END, $4, $5, $6, $7, $8, $8, $9, $10, $11, "
+                 "$12, CASE WHEN $11::text IS NULL THEN NULL ELSE nextval('"
                + s + "inbox_seq') END, $13) ON CONFLICT (id) DO NOTHING "
                      "RETURNING "
-               + run_columns + ") SELECT true, " + run_columns
-               + " FROM ins UNION ALL SELECT false, " + run_columns + " FROM "
-               + s + "runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
+               + run_columns + ", inbox_seq) SELECT true, " + run_columns
+               + ", inbox_seq FROM ins UNION ALL SELECT false, " + run_columns
+               + ", inbox_seq FROM " + s
+               + "runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
   // Many runs at once (the writer batches starts): new ids inserted, taken
   // ones left alone; the inserted ids come back.
   c->prepare("create_runs", create_runs_sql(s, 1));
@@ -539,7 +573,9 @@ void postgres_store::connect() {
            + " SELECT 'a', epoch::text || ':' || id FROM owned UNION ALL "
            + (completing ? "SELECT 'c', id FROM completed UNION ALL "
                          : std::string{})
-           + (creating ? "SELECT 'n', id FROM created UNION ALL "
+           + (creating ? "SELECT CASE WHEN status = 'ENQUEUED' THEN 'e' "
+                         "ELSE 'n' END, seq::text || ':' || id FROM created "
+                         "UNION ALL "
                        : std::string{})
            + "SELECT 'i', count(*)::text FROM appended";
   };
@@ -682,6 +718,8 @@ postgres_store::create_child(const fence& parent, const run_record& child) {
       result.run = read_run(set[0]);
     } else {
       result.run = read_run(res[0], 1);
+      if (!res[0][1 + run_column_count].is_null())
+        result.run.inbox_seq = res[0][1 + run_column_count].as<std::int64_t>();
     }
     w.commit();
     return result;
@@ -1160,8 +1198,10 @@ batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
         out.owned.insert(std::move(value));
       else if (tag == "c")
         out.done.insert(std::move(value));
-      else if (tag == "n")
-        out.inserted.insert(std::move(value));
+      else if (tag == "n" || tag == "e") {
+        auto [id, seq] = read_created(value);
+        out.inserted.emplace(std::move(id), inserted_run{tag == "e", seq});
+      }
       else
         out.appended = std::stoull(value);
     }
@@ -1175,7 +1215,7 @@ batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
 batch_result postgres_store::make_result(const persistence::write_batch& batch,
                                          batch_outcome& out) {
   batch_result result;
-  result.created = created_flags(batch.creates, out.inserted);
+  creation_flags(batch.creates, out.inserted, result);
   result.appends.reserve(batch.appends.size());
   for (auto& a : batch.appends)
     result.appends.push_back(
@@ -1657,6 +1697,8 @@ std::vector<run_record> read_inbox(const pqxx::result& res,
     auto run = read_run(row);
     run.object_type = type;
     run.object_key = key;
+    if (!row[run_column_count].is_null())
+      run.inbox_seq = row[run_column_count].as<std::int64_t>();
     rows.emplace_back(row[run_column_count].is_null()
                         ? 0
                         : row[run_column_count].as<std::int64_t>(),

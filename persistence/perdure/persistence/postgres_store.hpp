@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "perdure/persistence/store.hpp"
@@ -142,7 +143,7 @@ private:
   struct batch_outcome {
     std::unordered_set<std::string> owned;    // <epoch>:<id> let through
     std::unordered_set<std::string> done;     // runs completed
-    std::unordered_set<std::string> inserted; // runs created
+    std::unordered_map<std::string, inserted_run> inserted; // runs created
     std::uint64_t appended = 0;               // journal rows inserted
   };
 

@@ -138,6 +138,10 @@ struct run_record {
   /// stored. Recovery and takeover of runs leave them to their object.
   std::string object_type;
   std::string object_key;
+  /// An invocation's place in its key's inbox (the order it was stored),
+  /// where known: read with the inbox, or returned by its creation; 0 if
+  /// not known.
+  std::int64_t inbox_seq = 0;
   /// The keys held by the calls this run serves, outermost first (each
   /// `type \x1f key`, joined by `\x1e`): calling one of them would wait
   /// for itself.
@@ -377,6 +381,13 @@ struct write_batch {
   }
 };
 
+/// A run a batch created, as the store reports it: stored ENQUEUED, and its
+/// inbox place (see `batch_result`).
+struct inserted_run {
+  bool enqueued = false;
+  std::int64_t inbox_seq = 0;
+};
+
 /// Which writes of a batch took effect. `created[i]` is false if the id
 /// was taken; `appends[i]` and `completions[i]` are false if the fence
 /// rejected them. An append to an index that already holds an outcome
@@ -385,6 +396,13 @@ struct write_batch {
 /// (`recorded` is empty when no append met one).
 struct batch_result {
   std::vector<bool> created;
+  /// `enqueued[i]`: creation i, an invocation asked PENDING under its key's
+  /// epoch (to hand to the key's actor in memory), was stored ENQUEUED
+  /// instead: older calls of the key wait unseen by that actor, so it
+  /// reaches the actor through the inbox, after them (per-key order).
+  std::vector<bool> enqueued;
+  /// `inbox_seqs[i]`: creation i's `run_record::inbox_seq` (0 if none).
+  std::vector<std::int64_t> inbox_seqs;
   std::vector<bool> appends;
   std::vector<bool> completions;
   std::vector<bool> invocations;

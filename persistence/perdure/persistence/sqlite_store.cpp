@@ -245,13 +245,21 @@ int sqlite_store::schema_version() {
   });
 }
 
-bool sqlite_store::insert_run(const run_record& run) {
-  prepare("INSERT INTO runs (id, name, status, inputs, executor, epoch, "
-          "app_version, created_at, updated_at, parent_id, deadline, "
-          "object_type, object_key, call_chain) VALUES (?1, ?2, ?3, ?4, ?5, "
-          "?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT (id) DO "
-          "NOTHING")
-    .bind(1, run.id)
+bool sqlite_store::insert_run(const run_record& run, inserted_run* out) {
+  // An invocation to hand to its key's actor (PENDING under the key's
+  // epoch) is stored ENQUEUED if older calls of the key wait that the
+  // actor has not taken: it follows them through the inbox (per-key order
+  // with clients on the same file). `status IN`: see take_invocations.
+  auto& ins = prepare(
+    "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
+    "app_version, created_at, updated_at, parent_id, deadline, object_type, "
+    "object_key, call_chain) VALUES (?1, ?2, CASE WHEN ?11 IS NOT NULL AND ?3 "
+    "= 'PENDING' AND EXISTS (SELECT 1 FROM runs h WHERE h.object_type = ?11 "
+    "AND h.object_key = ?12 AND h.status IN ('ENQUEUED', 'PENDING') AND "
+    "(h.status = 'ENQUEUED' OR h.executor <> ?5 OR h.epoch <> ?6)) THEN "
+    "'ENQUEUED' ELSE ?3 END, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13) "
+    "ON CONFLICT (id) DO NOTHING RETURNING status, rowid");
+  ins.bind(1, run.id)
     .bind(2, run.name)
     .bind(3, to_string(run.status))
     .bind_blob(4, run.inputs)
@@ -266,9 +274,19 @@ bool sqlite_store::insert_run(const run_record& run) {
     .bind_opt(12, run.object_type.empty() ? std::nullopt
                                           : std::optional{run.object_key})
     .bind_opt(13, run.call_chain.empty() ? std::nullopt
-                                         : std::optional{run.call_chain})
-    .run();
-  return sqlite3_changes(db_) == 1;
+                                         : std::optional{run.call_chain});
+  if (!ins.step()) {
+    ins.reset();
+    return false; // the id was taken
+  }
+  if (out) {
+    out->enqueued = ins.text(0) == "ENQUEUED";
+    out->inbox_seq = run.object_type.empty() ? 0 : ins.int64(1);
+  }
+  while (ins.step()) {
+  }
+  ins.reset();
+  return true;
 }
 
 run_record sqlite_store::read_run_row(std::string_view id) {
@@ -298,7 +316,8 @@ sqlite_store::create_child(const fence& parent, const run_record& child) {
     if (!child.parent_id || !fenced_ok(*child.parent_id, parent))
       return std::nullopt; // nothing written
     create_result result;
-    result.created = insert_run(child);
+    inserted_run made;
+    result.created = insert_run(child, &made);
     if (result.created && !child.undo_of.empty()) {
       // A completed saga's undo: its journal up to its DONE phase, its
       // inputs, and a cancellation to observe there.
@@ -321,6 +340,7 @@ sqlite_store::create_child(const fence& parent, const run_record& child) {
         .run();
     }
     result.run = read_run_row(child.id);
+    result.run.inbox_seq = made.inbox_seq;
     return result;
   });
 }
@@ -823,8 +843,13 @@ batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
   return in_transaction([&] {
     batch_result result;
     result.created.reserve(batch.creates.size());
-    for (auto& run : batch.creates)
-      result.created.push_back(insert_run(run));
+    for (auto& run : batch.creates) {
+      inserted_run made;
+      result.created.push_back(insert_run(run, &made));
+      result.enqueued.push_back(made.enqueued
+                                && run.status == run_status::pending);
+      result.inbox_seqs.push_back(made.inbox_seq);
+    }
     result.appends.reserve(batch.appends.size());
     for (std::size_t i = 0; i < batch.appends.size(); ++i) {
       auto& w = batch.appends[i];
@@ -1126,7 +1151,8 @@ std::vector<run_record> sqlite_store::take_invocations(std::string_view type,
   // `status IN (...)` spelled as runs_inbox's condition: SQLite uses a
   // partial index only for a query whose terms name its condition (else it
   // scans every run: a cost that grows with history).
-  auto& sel = prepare("SELECT id FROM runs WHERE object_type = ?1 AND "
+  std::vector<std::int64_t> seqs;
+  auto& sel = prepare("SELECT id, rowid FROM runs WHERE object_type = ?1 AND "
                       "object_key = ?2 AND status IN ('ENQUEUED', 'PENDING') "
                       "AND (status = 'ENQUEUED' OR (?3 = 1 OR executor <> ?4 "
                       "OR epoch <> ?5)) ORDER BY rowid");
@@ -1135,8 +1161,10 @@ std::vector<run_record> sqlite_store::take_invocations(std::string_view type,
     .bind(3, std::int64_t{all_pending ? 1 : 0})
     .bind(4, owner.executor)
     .bind(5, owner.epoch);
-  while (sel.step())
+  while (sel.step()) {
     ids.push_back(sel.text(0));
+    seqs.push_back(sel.int64(1));
+  }
   sel.reset();
   std::vector<run_record> out;
   for (auto& id : ids) {
@@ -1155,6 +1183,7 @@ std::vector<run_record> sqlite_store::take_invocations(std::string_view type,
     auto run = read_run_row(id);
     run.object_type = type;
     run.object_key = key;
+    run.inbox_seq = seqs[out.size()];
     out.push_back(std::move(run));
   }
   return out;

@@ -166,7 +166,7 @@ private:
   bool insert_entry(const journal_entry& entry);
   std::optional<journal_entry> recorded_entry(const std::string& run_id,
                                               std::int32_t seq);
-  bool insert_run(const run_record& run);
+  bool insert_run(const run_record& run, inserted_run* out = nullptr);
   /// Writes run `c.run_id`'s final status if `c.owner` still holds it
   /// (and marks a passivated parent); returns whether it did.
   bool complete_run(const completion_write& c);
