@@ -390,6 +390,24 @@ void runtime_impl::recover() {
   take_over_now(std::nullopt); // what died with other processes meanwhile
 }
 
+void runtime_impl::count_queue_restarts(
+  const std::vector<persistence::run_record>& runs) {
+  std::vector<std::string> queues;
+  for (auto& run : runs)
+    if (!run.queue_name.empty())
+      queues.push_back(run.queue_name);
+  if (queues.empty())
+    return;
+  try {
+    stores->with(
+      [&](persistence::store& db) { db.record_queue_starts(queues); });
+  } catch (const std::exception& ex) {
+    log().warn("perdure: could not count {} restarted queue items against "
+               "their rate limits ({}); a few more may start in this window",
+               queues.size(), ex.what());
+  }
+}
+
 void runtime_impl::bring_in(std::vector<persistence::run_record> runs) {
   auto now = clock->now_ms();
   // Passivated runs stay out of memory: their timer brings them back (a
@@ -406,6 +424,7 @@ void runtime_impl::bring_in(std::vector<persistence::run_record> runs) {
       timers->schedule({*run.wake_at_ms, run.id, -1});
     return true;
   });
+  count_queue_restarts(runs);
   constexpr std::size_t chunk = 512;
   for (std::size_t first = 0; first < runs.size(); first += chunk) {
     auto last = std::min(runs.size(), first + chunk);
@@ -850,6 +869,8 @@ void runtime_impl::revive(const std::string& id, bool count_attempt) {
     });
     if (!run)
       return; // ended, or not ours
+    if (count_attempt) // a restart after a crash
+      count_queue_restarts({*run});
     auto journal = stores->with(
       [&](persistence::store& db) { return db.load_journals({id}); });
     spawn_run(std::move(*run), std::move(journal));

@@ -1023,3 +1023,105 @@ TEST_F(review_test, a_call_handed_in_memory_never_overtakes_an_older_stored_one)
 }
 
 } // namespace
+
+namespace {
+
+// 16: an item started again after a restart (recovery, takeover, revival)
+// counts against its queue's rate limit like its first start.
+TEST_F(review_test, restarted_items_count_against_the_rate_limit) {
+  std::atomic<bool> hold{true};
+  auto make = [&] {
+    auto rt = std::make_unique<runtime>(db_.runtime_config("p1"));
+    rt->register_workflow("slow", [&](workflow_context& ctx) -> task<int> {
+      co_return co_await ctx.step("wait", [&] {
+        while (hold)
+          std::this_thread::sleep_for(5ms);
+        return 1;
+      });
+    });
+    queues::register_queue(*rt, "r",
+                           {.rate = queues::rate_limit{8, 60s}});
+    return rt;
+  };
+  test::sql_client sql{db_};
+  auto starts = [&] {
+    return sql.scalar("SELECT count(*) FROM " + sql.table("queue_starts")
+                      + " WHERE queue_name = 'r'");
+  };
+  std::vector<std::string> ids;
+  {
+    auto rt = make();
+    rt->start();
+    for (int i = 0; i < 5; ++i)
+      ids.push_back(queues::enqueue<int>(*rt, "r", "slow").id());
+    ASSERT_TRUE(test::eventually([&] {
+      return sql.scalar("SELECT count(*) FROM " + sql.table("runs")
+                        + " WHERE queue_name = 'r' AND status = 'PENDING'")
+             == "5";
+    }, 10s));
+    EXPECT_EQ(starts(), "5");
+    hold = false; // lets stop() end the steps in flight; a crash would too
+    rt->stop();
+    hold = true;
+  }
+  auto rt = make();
+  rt->start();
+  // Five restarts: ten starts in the window, over the limit of eight.
+  ASSERT_TRUE(test::eventually([&] { return starts() == "10"; }, 10s))
+    << starts() << " starts counted";
+  hold = false;
+  auto late = queues::enqueue<int>(*rt, "r", "slow");
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(late.status(), run_status::enqueued)
+    << "an item started past the rate limit";
+}
+
+// 16: the rate limit holds by actual start time: an item whose start is
+// delayed after its claim (here a journal load blocked for 600 ms) is
+// counted from when it starts, not from its claim.
+TEST_F(review_test, a_start_delayed_after_its_claim_counts_from_when_it_starts) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "blocks the journal table from another connection";
+  std::atomic<int> attempts{0};
+  std::atomic<std::int64_t> began_ms{0};
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("flaky", [&](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.step(
+      "try",
+      [&] {
+        if (++attempts == 1)
+          throw std::runtime_error("the first attempt fails");
+        began_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+        return 1;
+      },
+      retry_policy{.max_attempts = 1});
+  });
+  queues::register_queue(
+    rt, "r",
+    {.rate = queues::rate_limit{100, 1000ms},
+     .retry = {.max_attempts = 2, .backoff = 200ms}});
+  rt.start();
+  test::sql_client sql{db_};
+  // A step was recorded before the failure, so the retry loads a journal.
+  auto h = queues::enqueue<int>(rt, "r", "flaky");
+  ASSERT_TRUE(test::eventually([&] { return attempts.load() == 1; }, 10s));
+  ASSERT_TRUE(test::eventually(
+    [&] { return h.status() == run_status::enqueued; }, 10s));
+  {
+    pqxx::connection c{db_.url};
+    pqxx::work w{c};
+    w.exec("LOCK TABLE " + sql.table("journal") + " IN ACCESS EXCLUSIVE MODE");
+    std::this_thread::sleep_for(600ms); // the retry's claim waits on its load
+    w.commit();
+  }
+  EXPECT_EQ(h.get(10s), 1);
+  auto latest = std::stoll(sql.scalar(
+    "SELECT max(started_at) FROM " + sql.table("queue_starts")));
+  EXPECT_GE(latest, began_ms.load() - 30)
+    << "the start was counted " << began_ms.load() - latest
+    << " ms before it happened";
+}
+
+} // namespace

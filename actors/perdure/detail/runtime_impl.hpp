@@ -112,6 +112,10 @@ public:
   /// their actors (passivated ones stay out of memory until due).
   void bring_in(std::vector<persistence::run_record> runs);
 
+  /// Queue items among `runs` start again here (a takeover, a recovery, a
+  /// revival after a crash): each counts against its queue's rate limit.
+  void count_queue_restarts(const std::vector<persistence::run_record>& runs);
+
   /// Returns where Perdure logs (`config::logger`, else spdlog's default).
   spdlog::logger& log() const {
     return *logger_;

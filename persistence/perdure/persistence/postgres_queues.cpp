@@ -357,6 +357,36 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
   return out;
 }
 
+void postgres_store::record_queue_starts(
+  const std::vector<std::string>& queues) {
+  detail::pg_array names;
+  for (auto& q : queues)
+    names.add(q);
+  in_work([&](pqxx::transaction_base& w) {
+    auto s = w.quote_name(schema_) + ".";
+    w.exec_params("INSERT INTO " + s
+                    + "queue_starts (queue_name, started_at) SELECT n.name, "
+                    + db_clock_ms + " FROM unnest($1::text[]) AS n(name) JOIN "
+                    + s
+                    + "queues q ON q.name = n.name WHERE q.rate_limit IS NOT "
+                      "NULL",
+                  names.str());
+  });
+}
+
+void postgres_store::restamp_queue_starts(std::string_view queue,
+                                          std::int64_t stamped_ms,
+                                          std::int64_t count) {
+  in_work([&](pqxx::transaction_base& w) {
+    auto s = w.quote_name(schema_) + ".";
+    w.exec_params("UPDATE " + s + "queue_starts SET started_at = "
+                    + db_clock_ms + " WHERE ctid IN (SELECT ctid FROM " + s
+                    + "queue_starts WHERE queue_name = $1 AND started_at <= $2 "
+                      "ORDER BY started_at DESC LIMIT $3)",
+                  std::string{queue}, stamped_ms, count);
+  });
+}
+
 std::vector<std::pair<std::string, std::int64_t>>
 postgres_store::queued_heads(const std::vector<std::string>& queues) {
   std::vector<std::pair<std::string, std::int64_t>> out;

@@ -92,6 +92,21 @@ public:
   /// one partition at a time in turn (`choose_claims`).
   virtual queue_claim claim_queued(const queue_claim_request& req) = 0;
 
+  /// Items of `queues` (one name per item, repeats allowed) started again
+  /// after a takeover, a recovery or a revival: each counts against its
+  /// queue's rate limit like a claim's start (a queue without one: nothing).
+  virtual void record_queue_starts(const std::vector<std::string>& queues)
+    = 0;
+
+  /// A claim's `count` starts of `queue`, stamped at or before `stamped_ms`
+  /// (the database's clock), begin only now (a slow commit or journal
+  /// load): the latest `count` stamps up to `stamped_ms` move to now, so
+  /// the rate limit holds by actual start time.
+  virtual void restamp_queue_starts(std::string_view queue,
+                                    std::int64_t stamped_ms,
+                                    std::int64_t count)
+    = 0;
+
   /// Returns, for each of `queues` with ENQUEUED items, when the first of
   /// them may be claimed (ms since the epoch; 0: now). One statement.
   virtual std::vector<std::pair<std::string, std::int64_t>>

@@ -232,6 +232,34 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
   return out;
 }
 
+void sqlite_store::record_queue_starts(
+  const std::vector<std::string>& queues) {
+  in_write([&] {
+    for (auto& q : queues)
+      prepare(std::string{"INSERT INTO queue_starts (queue_name, started_at) "
+                          "SELECT name, "}
+              + db_clock_ms
+              + " FROM queues WHERE name = ?1 AND rate_limit IS NOT NULL")
+        .bind(1, q)
+        .run();
+  });
+}
+
+void sqlite_store::restamp_queue_starts(std::string_view queue,
+                                        std::int64_t stamped_ms,
+                                        std::int64_t count) {
+  in_write([&] {
+    prepare(std::string{"UPDATE queue_starts SET started_at = "} + db_clock_ms
+            + " WHERE rowid IN (SELECT rowid FROM queue_starts WHERE "
+              "queue_name = ?1 AND started_at <= ?2 ORDER BY started_at DESC "
+              "LIMIT ?3)")
+      .bind(1, queue)
+      .bind(2, stamped_ms)
+      .bind(3, count)
+      .run();
+  });
+}
+
 std::vector<std::pair<std::string, std::int64_t>>
 sqlite_store::queued_heads(const std::vector<std::string>& queues) {
   std::vector<std::pair<std::string, std::int64_t>> out;

@@ -123,6 +123,9 @@ public:
   void define_queue(const queue_definition& q) override;
   create_result enqueue(const run_record& item) override;
   queue_claim claim_queued(const queue_claim_request& req) override;
+  void record_queue_starts(const std::vector<std::string>& queues) override;
+  void restamp_queue_starts(std::string_view queue, std::int64_t stamped_ms,
+                            std::int64_t count) override;
   std::vector<std::pair<std::string, std::int64_t>>
   queued_heads(const std::vector<std::string>& queues) override;
   bool retry_item(const fence& owner, std::string_view id,

@@ -42,6 +42,27 @@ struct queue_state {
 
 using queue_actor = caf::stateful_actor<queue_state>;
 
+/// The claimed `runs` of `queue` start later than the rate limit's margin
+/// after their claim stamped them (a slow commit or journal load): their
+/// stamps move to now, so the limit holds by actual start time.
+void restamp(perdure::detail::runtime_impl& rt, const std::string& queue,
+             const std::vector<persistence::run_record>& runs) {
+  std::int64_t stamped = 0;
+  for (auto& run : runs)
+    stamped = std::max(stamped, run.started_at_ms.value_or(0));
+  try {
+    rt.stores->with([&](persistence::store& db) {
+      db.restamp_queue_starts(queue, stamped,
+                              static_cast<std::int64_t>(runs.size()));
+    });
+  } catch (const std::exception& ex) {
+    rt.log().warn("perdure: could not move the start times of {} items of "
+                  "queue '{}' to their actual start ({}); its rate limit may "
+                  "let a few more start in the next window",
+                  runs.size(), queue, ex.what());
+  }
+}
+
 /// Claims on a control thread and brings the items in; reports back.
 void claim(queue_actor* self) {
   auto& st = self->state;
@@ -64,6 +85,7 @@ void claim(queue_actor* self) {
     persistence::queue_claim c;
     std::vector<std::string> ids;
     try {
+      auto asked = std::chrono::steady_clock::now();
       c = rt.stores->with(
         [&](persistence::store& db) { return db.claim_queued(req); });
       {
@@ -88,6 +110,10 @@ void claim(queue_actor* self) {
                return db.load_journals(started);
              }))
           journals[e.run_id].push_back(std::move(e));
+      if (req.queue.rate_limit && !c.runs.empty()
+          && std::chrono::steady_clock::now() - asked
+               > std::chrono::milliseconds{req.rate_margin_ms})
+        restamp(rt, req.queue.name, c.runs);
       std::vector<claimed_item> items;
       for (auto& run : c.runs) {
         auto j = std::move(journals[run.id]);
