@@ -1125,3 +1125,62 @@ TEST_F(review_test, a_start_delayed_after_its_claim_counts_from_when_it_starts) 
 }
 
 } // namespace
+
+namespace {
+
+// M6: a process restarted with a fixed id is not refused for long because
+// its predecessor's session lives on in the server (a process partitioned
+// away, whose connection TCP keepalive ends only after hours): once that
+// lease has lapsed, the new process ends the session and starts.
+TEST_F(review_test, a_fixed_id_restarts_despite_a_partitioned_predecessor) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "executor leases are advisory locks on PostgreSQL";
+  std::string cls, obj;
+  test::sql_client sql{db_};
+  {
+    runtime rt{db_.runtime_config("pod-1")};
+    rt.start();
+    // Oids as the int keys that took them.
+    auto as_int = [&](const std::string& col) {
+      return sql.scalar("SELECT " + col + "::bigint - CASE WHEN " + col
+                        + "::bigint > 2147483647 THEN 4294967296 ELSE 0 END "
+                          "FROM pg_locks WHERE locktype = 'advisory' AND "
+                          "objsubid = 2 AND granted");
+    };
+    cls = as_int("classid");
+    obj = as_int("objid");
+  }
+  // The predecessor's session: it holds the lock, and its heartbeat is old.
+  pqxx::connection squatter{db_.url};
+  {
+    pqxx::nontransaction n{squatter};
+    n.exec("SELECT pg_advisory_lock(" + cls + "::int, " + obj + "::int)");
+  }
+  sql.exec("UPDATE " + sql.table("executors")
+           + " SET state = 'live', heartbeat_at = now() - interval '1 hour' "
+             "WHERE id = 'pod-1'");
+  runtime rt{db_.runtime_config("pod-1")};
+  rt.register_workflow("echo", [](workflow_context&, int x) -> task<int> {
+    co_return x;
+  });
+  ASSERT_NO_THROW(rt.start()) << "refused by a lapsed predecessor";
+  EXPECT_EQ(rt.start_workflow<int>("echo", 3).get(10s), 3);
+}
+
+// M6: a live holder of the same id (heartbeating) is never ended: the
+// second process is refused.
+TEST_F(review_test, a_live_holder_of_a_fixed_id_is_not_ended) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "executor leases are advisory locks on PostgreSQL";
+  runtime first{db_.runtime_config("pod-1")};
+  first.start();
+  runtime second{db_.runtime_config("pod-1")};
+  try {
+    second.start();
+    FAIL() << "a second process took a live id";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::executor_in_use);
+  }
+}
+
+} // namespace

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <set>
+#include <thread>
 #include <unordered_set>
 
 #include "perdure/pqxx_session.hpp"
@@ -1386,6 +1387,23 @@ void postgres_store::prepare_executors(connection& c,
               + "::oid AND l.objid = $1::int::oid AND l.objsubid = 2 AND "
                 "l.pid = $2 AND a.backend_start::text = $3 AND l.pid <> "
                 "pg_backend_pid()");
+  // A holder whose lease is not live (lapsed, stopped, or no heartbeat for
+  // its lease period) holds the lock from a session that lives on: a
+  // process partitioned away, which TCP keepalive ends only after hours.
+  // Its runs were taken over and its writes are fenced: the restarted
+  // process of the same id ends that session.
+  c.prepare("lease_end_lapsed_holder",
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l WHERE "
+            "l.locktype = 'advisory' AND l.granted AND l.database = (SELECT "
+            "oid FROM pg_database WHERE datname = current_database()) AND "
+            "l.classid = "
+              + std::to_string(cls)
+              + "::oid AND l.objid = $1::int::oid AND l.objsubid = 2 AND "
+                "l.pid <> pg_backend_pid() AND EXISTS (SELECT 1 FROM "
+              + s
+              + "executors e WHERE e.id = $2 AND (e.state <> 'live' OR "
+                "e.heartbeat_at < now() - e.lease_ms * interval '1 "
+                "millisecond'))");
   c.prepare("lease_unlock", "SELECT pg_advisory_unlock(" + cls_key
                               + ", $1::int)");
   c.prepare("lease_take",
@@ -1473,7 +1491,17 @@ std::int64_t postgres_store::acquire_lease(const lease_request& r) {
       throw pqxx::serialization_failure{"executor row forgotten meanwhile"};
     auto key = row[0][0].as<std::int32_t>();
     if (!(lease_locked_ && lease_key_ == key)) {
-      if (!lock_lease(w, key, false))
+      bool locked = lock_lease(w, key, false);
+      if (!locked
+          && !w.exec_prepared("lease_end_lapsed_holder", key, r.executor)
+                .empty()) {
+        // Its session ends within moments of the signal.
+        for (int i = 0; i < 100 && !locked; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds{20});
+          locked = lock_lease(w, key, false);
+        }
+      }
+      if (!locked)
         throw perdure::error(
           errc::executor_in_use,
           "executor id '" + r.executor
