@@ -1140,15 +1140,15 @@ TEST_F(review_test, a_fixed_id_restarts_despite_a_partitioned_predecessor) {
   {
     runtime rt{db_.runtime_config("pod-1")};
     rt.start();
-    // Oids as the int keys that took them.
-    auto as_int = [&](const std::string& col) {
-      return sql.scalar("SELECT " + col + "::bigint - CASE WHEN " + col
-                        + "::bigint > 2147483647 THEN 4294967296 ELSE 0 END "
-                          "FROM pg_locks WHERE locktype = 'advisory' AND "
-                          "objsubid = 2 AND granted");
-    };
-    cls = as_int("classid");
-    obj = as_int("objid");
+    // Its lock (other tests' runtimes may hold theirs): the key is the
+    // row's, the class an oid read as the int that took it.
+    obj = sql.scalar("SELECT lock_key FROM " + sql.table("executors")
+                     + " WHERE id = 'pod-1'");
+    cls = sql.scalar("SELECT classid::bigint - CASE WHEN classid::bigint > "
+                     "2147483647 THEN 4294967296 ELSE 0 END FROM pg_locks "
+                     "WHERE locktype = 'advisory' AND objsubid = 2 AND granted "
+                     "AND objid = " + obj + "::int::oid AND database = (SELECT "
+                     "oid FROM pg_database WHERE datname = current_database())");
   }
   // The predecessor's session: it holds the lock, and its heartbeat is old.
   pqxx::connection squatter{db_.url};
@@ -1181,6 +1181,46 @@ TEST_F(review_test, a_live_holder_of_a_fixed_id_is_not_ended) {
   } catch (const error& ex) {
     EXPECT_EQ(ex.code(), errc::executor_in_use);
   }
+}
+
+} // namespace
+
+namespace {
+
+// Issue item 11: a compensation that is a task (an object call) is named
+// `undo:<step>` in history(), ahead of the call it makes: an operator
+// tells a refund from a forward call.
+TEST_F(review_test, a_task_compensation_is_named_as_an_undo_in_history) {
+  runtime rt{db_.runtime_config()};
+  register_account(rt);
+  rt.register_workflow("pay", [](workflow_context& ctx) -> task<int> {
+    co_return co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
+      co_await s.step(
+        "charge",
+        [&]() -> task<std::int64_t> {
+          co_return co_await ctx.call<std::int64_t>("account", "a", "add",
+                                                    std::int64_t{-5});
+        },
+        [&](const std::int64_t&) -> task<void> {
+          co_await ctx.call<std::int64_t>("account", "a", "add",
+                                          std::int64_t{5});
+        });
+      throw terminal_error("shipping failed");
+      co_return 0;
+    });
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("pay", {.id = "pay"});
+  EXPECT_THROW(h.get(20s), perdure::error);
+  auto steps = rt.history("pay");
+  auto undo = std::find_if(steps.begin(), steps.end(), [](auto& s) {
+    return s.name == "undo:charge";
+  });
+  ASSERT_NE(undo, steps.end()) << "no undo:charge in history";
+  auto call = std::find_if(undo, steps.end(),
+                           [](auto& s) { return s.kind == "child"; });
+  EXPECT_NE(call, steps.end()) << "the refund's call is not after its undo";
+  EXPECT_EQ(rt.object_state<account>("account", "a")->total, 0);
 }
 
 } // namespace

@@ -6,9 +6,12 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -111,11 +114,16 @@ run_record read_run(Statement& st) {
 template <class F>
 auto sqlite_store::with_retry(F&& attempt) {
   try {
-    // Out of space: a checkpoint cannot move the log into a database file
-    // that cannot grow, so the first commit after the disk filled
-    // truncates the log, once (see in_transaction).
-    return detail::with_retry(retry_budget_, attempt, classify,
-                              [this] { was_full_ = true; });
+    // Out of space: before the retry, the log is checkpointed into the
+    // database and truncated, which gives its space back when the room
+    // left lets the database take its pages (a log that only grows until
+    // its next checkpoint would fill any room returned before then); and
+    // the first commit after the disk filled truncates it once more (see
+    // in_transaction).
+    return detail::with_retry(retry_budget_, attempt, classify, [this] {
+      was_full_ = true;
+      truncate_log();
+    });
   } catch (const sqlite_failure& ex) {
     throw perdure::error(errc::store_error, ex.what());
   }
@@ -160,8 +168,22 @@ sqlite_store::sqlite_store(std::string path,
     exec("PRAGMA synchronous=NORMAL");
     // After each checkpoint the log shrinks back to this size (bytes).
     exec("PRAGMA journal_size_limit=4194304");
+    // The log grows until its next checkpoint: on a small disk, checkpoint
+    // often enough that it takes at most a quarter of the room there is.
+    exec(("PRAGMA wal_autocheckpoint=" + std::to_string(checkpoint_pages())).c_str());
     return 0;
   });
+}
+
+std::int64_t sqlite_store::checkpoint_pages() const {
+  constexpr std::int64_t most = 1000; // SQLite's default: 4 MiB of pages
+  auto dir = std::filesystem::absolute(path_).parent_path();
+  struct statvfs fs{};
+  if (::statvfs(dir.c_str(), &fs) != 0)
+    return most;
+  auto free = static_cast<std::int64_t>(fs.f_bavail)
+              * static_cast<std::int64_t>(fs.f_frsize);
+  return std::clamp<std::int64_t>(free / 4 / 4096, 16, most);
 }
 
 bool sqlite_store::truncate_log() {

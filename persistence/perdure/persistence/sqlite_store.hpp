@@ -190,6 +190,8 @@ private:
 
   /// Checkpoints the write-ahead log and truncates it; true if it did.
   bool truncate_log();
+  /// The log's auto-checkpoint size (pages) for the room on its disk.
+  std::int64_t checkpoint_pages() const;
 
   std::string path_;
   std::chrono::milliseconds retry_budget_;

@@ -268,6 +268,11 @@ public:
           error = ex.what();
         }
       } else {
+        // A compensation that is a task (object calls, children) records
+        // its own operations: an empty step names them in the journal, so
+        // that history() shows them as this step's undo, not forward calls.
+        co_await ctx_->step("undo:" + undo.name, [] {},
+                            opts_.compensation_policy);
         error = co_await run_task_undo(undo);
       }
       if (error.empty())
