@@ -1010,8 +1010,10 @@ void runtime_impl::housekeeping() {
     return;
   auto now = std::chrono::steady_clock::now();
   if (!deadline_retries_.empty() && now >= deadline_retry_due_) {
-    for (auto& [id, due] : deadline_retries_)
-      control->post([this, id, due] { deadline_passed(id, due); });
+    for (auto& retry : deadline_retries_)
+      control->post([this, id = retry.first, due = retry.second] {
+        deadline_passed(id, due);
+      });
     deadline_retries_.clear();
   }
   if (objects_due)

@@ -354,6 +354,16 @@ public:
     return {*core_, std::move(op)};
   }
 
+  /// Returns whether the next durable operation replays an entry other
+  /// than a step named `name`: a marker added to the code since that
+  /// journal was written is left out then, so the journal still replays.
+  /// For `sagas::saga`.
+  bool recorded_otherwise(const std::string& name) {
+    auto* e = core_->find_recorded(core_->peek_seq());
+    return e != nullptr
+           && !(e->kind == persistence::entry_kind::step && e->name == name);
+  }
+
   /// Starts the undo of saga run `child_id`, a completed child of this run
   /// running workflow `workflow`: a run that replays the child's journal up
   /// to its end and then compensates it (it ends COMPENSATED when all its

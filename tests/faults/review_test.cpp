@@ -883,6 +883,11 @@ TEST_F(review_test, a_call_the_holder_cannot_run_waits_for_code_that_can) {
     std::this_thread::sleep_for(1s);
     EXPECT_NE(h.status(), run_status::error) << "v1 ended a call it lacks";
     EXPECT_FALSE(is_terminal(behind.status())) << "a later call overtook it";
+    test::sql_client sql{db_};
+    EXPECT_EQ(sql.scalar("SELECT executor FROM " + sql.table("objects")
+                         + " WHERE key = 'k'"),
+              "")
+      << "v1 kept the key whose next call it cannot run";
     // v1 still runs its own calls of other keys.
     EXPECT_EQ(v1.call<std::int64_t>("account", "j", "add", std::int64_t{2}), 2);
   }
@@ -1077,7 +1082,7 @@ TEST_F(review_test, restarted_items_count_against_the_rate_limit) {
 }
 
 // 16: the rate limit holds by actual start time: an item whose start is
-// delayed after its claim (here a journal load blocked for 600 ms) is
+// delayed after its claim (here a journal load blocked for a second) is
 // counted from when it starts, not from its claim.
 TEST_F(review_test, a_start_delayed_after_its_claim_counts_from_when_it_starts) {
   if (test::store_under_test() != "postgres")
@@ -1101,7 +1106,7 @@ TEST_F(review_test, a_start_delayed_after_its_claim_counts_from_when_it_starts) 
   queues::register_queue(
     rt, "r",
     {.rate = queues::rate_limit{100, 1000ms},
-     .retry = {.max_attempts = 2, .backoff = 200ms}});
+     .retry = {.max_attempts = 2, .backoff = 500ms}});
   rt.start();
   test::sql_client sql{db_};
   // A step was recorded before the failure, so the retry loads a journal.
@@ -1113,7 +1118,7 @@ TEST_F(review_test, a_start_delayed_after_its_claim_counts_from_when_it_starts) 
     pqxx::connection c{db_.url};
     pqxx::work w{c};
     w.exec("LOCK TABLE " + sql.table("journal") + " IN ACCESS EXCLUSIVE MODE");
-    std::this_thread::sleep_for(600ms); // the retry's claim waits on its load
+    std::this_thread::sleep_for(1s); // the retry's claim waits on its load
     w.commit();
   }
   EXPECT_EQ(h.get(10s), 1);

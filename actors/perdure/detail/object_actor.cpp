@@ -162,6 +162,8 @@ struct object_host {
   void leave(bool revive);
   /// Quits the actor, telling the runtime of the invocations it leaves.
   void quit();
+  /// Quits once the messages already in the mailbox are handled.
+  void quit_soon();
 };
 
 std::unique_ptr<run_driver>
@@ -463,7 +465,7 @@ void object_host::give_up_key(const std::string& why,
       rt->objects->retry_give_up(type, key);
     }
   });
-  quit();
+  quit_soon();
 }
 
 void object_host::leave(bool revive) {
@@ -473,7 +475,15 @@ void object_host::leave(bool revive) {
   queue.clear();
   rt->objects->stopped(type, key, caf::actor_cast<caf::actor>(self), revive);
   if (!current && committing.empty() && readers.empty())
-    quit();
+    quit_soon();
+}
+
+void object_host::quit_soon() {
+  // Calls handed before the directory forgot this actor are in the mailbox
+  // ahead of this: they reach the `stopping` branch (back to the store)
+  // instead of going down with the actor.
+  caf::anon_send(caf::actor_cast<caf::actor>(self),
+                 object_message{quit_request{}});
 }
 
 void object_host::quit() {
@@ -521,6 +531,8 @@ void object_host::on(object_message& message) {
       h.run_next();
     }
     void operator()(inbox_news& m) {
+      if (h.stopping)
+        return; // it left the directory: the key's next holder takes them
       if (m.reclaim) {
         h.doomed = true; // claimed again, with whatever it missed
         if (!h.current && h.committing.empty() && h.readers.empty())
@@ -565,10 +577,17 @@ void object_host::on(object_message& message) {
       h.run_next();
     }
     void operator()(queued_cancel& m) {
-      auto q = std::find_if(h.queue.begin(), h.queue.end(),
-                            [&](auto& run) { return run.id == m.run_id; });
-      if (q != h.queue.end()) { // never runs: the store says CANCELLED
-        h.queue.erase(q);
+      auto is_it = [&](auto& run) { return run.id == m.run_id; };
+      auto held = std::find_if(h.handed_in_take.begin(),
+                               h.handed_in_take.end(), is_it);
+      bool was_held = held != h.handed_in_take.end();
+      if (was_held) // never runs either
+        h.handed_in_take.erase(held);
+      auto q = std::find_if(h.queue.begin(), h.queue.end(), is_it);
+      if (q != h.queue.end() || was_held) {
+        // Never runs: the store says CANCELLED.
+        if (q != h.queue.end())
+          h.queue.erase(q);
         h.rt->run_stopped(m.run_id,
                           run_outcome{run_status::cancelled, std::nullopt,
                                       std::string{"cancelled"}},
@@ -588,6 +607,9 @@ void object_host::on(object_message& message) {
       for (auto& [tag, r] : h.readers)
         if (started(*r))
           return;
+    }
+    void operator()(quit_request&) {
+      h.quit();
     }
     void operator()(unreadable_state& m) {
       h.give_up_key("its state cannot be read", m.version);

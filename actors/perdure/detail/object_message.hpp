@@ -52,8 +52,13 @@ struct unreadable_state {
   std::int64_t version = 0;
 };
 
+/// The actor left the directory: quit once what is already in the mailbox
+/// was handled.
+struct quit_request {};
+
 using object_message
   = std::variant<tagged_run_message, invocation_arrived, inbox_news,
-                 inbox_taken, queued_cancel, idle_check, unreadable_state>;
+                 inbox_taken, queued_cancel, idle_check, unreadable_state,
+                 quit_request>;
 
 } // namespace perdure::detail

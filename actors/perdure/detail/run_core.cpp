@@ -39,6 +39,20 @@ wait_outcome wait_outcome::decode(const persistence::journal_entry& e) {
   return w;
 }
 
+std::int32_t run_core::peek_seq() const noexcept {
+  auto seq = next_seq_;
+  if (jumps_)
+    for (bool jumped = true; jumped;) {
+      jumped = false;
+      for (auto& [from, to] : *jumps_)
+        if (seq == from && from != to) {
+          seq = to;
+          jumped = true;
+        }
+    }
+  return seq;
+}
+
 std::int32_t run_core::next_seq_jumping() noexcept {
   for (bool jumped = true; jumped;) {
     jumped = false;

@@ -112,6 +112,10 @@ public:
     return next_seq_++;
   }
 
+  /// Returns the journal index the next durable operation will take (what
+  /// `next_seq` returns next), without taking it.
+  std::int32_t peek_seq() const noexcept;
+
   /// Returns whether `seq` is already recorded (replay). Throws
   /// `perdure::error` with `errc::non_determinism`, and fails the run, if the
   /// recorded operation has another kind or name.

@@ -344,10 +344,15 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
     if (q.rate_limit && !out.runs.empty()) {
       // Each start counts (a retry's too), on the database's clock; what
       // left every window goes.
-      w.exec_params("INSERT INTO " + s
-                      + "queue_starts (queue_name, started_at) SELECT $1, "
-                      + db_clock_ms + " FROM generate_series(1, $2)",
-                    q.name, static_cast<std::int64_t>(out.runs.size()));
+      out.stamped_ms =
+        w.exec_params("INSERT INTO " + s
+                        + "queue_starts (queue_name, started_at) SELECT $1, "
+                          "t.ms FROM (SELECT "
+                        + db_clock_ms
+                        + " AS ms) t, generate_series(1, $2) RETURNING "
+                          "started_at",
+                      q.name, static_cast<std::int64_t>(out.runs.size()))[0][0]
+          .as<std::int64_t>();
       w.exec_params("DELETE FROM " + s
                       + "queue_starts WHERE queue_name = $1 AND started_at < "
                         "$2",
@@ -381,8 +386,8 @@ void postgres_store::restamp_queue_starts(std::string_view queue,
     auto s = w.quote_name(schema_) + ".";
     w.exec_params("UPDATE " + s + "queue_starts SET started_at = "
                     + db_clock_ms + " WHERE ctid IN (SELECT ctid FROM " + s
-                    + "queue_starts WHERE queue_name = $1 AND started_at <= $2 "
-                      "ORDER BY started_at DESC LIMIT $3)",
+                    + "queue_starts WHERE queue_name = $1 AND started_at = $2 "
+                      "LIMIT $3)",
                   std::string{queue}, stamped_ms, count);
   });
 }

@@ -1694,18 +1694,6 @@ std::string oldest_admitted(const std::string& s, const std::string& type,
            "LIMIT 1), true)";
 }
 
-/// Returns the UPDATE that puts the invocations `executor` held of a key
-/// it gave up (a CTE named `released` returned a row) back to ENQUEUED,
-/// as if stored by a client: none of them began.
-std::string requeue_released(const std::string& s, const std::string& type,
-                             const std::string& key,
-                             const std::string& executor) {
-  return "UPDATE " + s + "runs SET status = 'ENQUEUED', executor = '', epoch "
-         "= 0 WHERE object_type = " + type + " AND object_key = " + key
-         + " AND status = 'PENDING' AND executor = " + executor
-         + " AND EXISTS (SELECT 1 FROM released)";
-}
-
 /// Returns what `can` registers as `oldest_admitted` takes it.
 std::string handler_array(const object_claim_filter& can) {
   detail::pg_array out;
@@ -1775,9 +1763,7 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
               + " AS ok), released AS (UPDATE " + s
               + "objects SET executor = '', updated_at = $4 WHERE type = $1 "
                 "AND key = $2 AND executor = $3 AND NOT (SELECT ok FROM head) "
-                "RETURNING 1), requeued AS ("
-              + requeue_released(s, "$1", "$2", "$3")
-              + "), claimed AS (INSERT INTO " + s
+                "RETURNING 1), claimed AS (INSERT INTO " + s
               + "objects AS o (type, key, state, version, executor, epoch, "
                 "updated_at) SELECT $1, $2, NULL, 0, $3, 1, $4 WHERE (SELECT "
                 "ok FROM head) AND "
@@ -1791,27 +1777,36 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
                 "executor, epoch, updated_at, false FROM claimed UNION ALL "
                 "SELECT NULL::bytea, 0::bigint, ''::text, 0::bigint, "
                 "0::bigint, true FROM released");
-  // Only the oldest, if PENDING, counts a recovery: calls of a key run in
-  // order, so the ones behind it never began. An invocation that takes its
-  // process down every time must end (see max_recovery_attempts).
+  // A PENDING one that may have begun counts a recovery: the oldest (calls
+  // of a key run in order), or one that recorded something (a shared one
+  // running beside it, or one run while the one before it committed). An
+  // invocation that takes its process down every time must end (see
+  // max_recovery_attempts).
   c.prepare("claim_inbox",
             "UPDATE " + s
               + "runs r SET executor = $3, epoch = $4, status = 'PENDING', "
                 "wake_at = NULL, recovery_attempts = r.recovery_attempts + "
-                "CASE WHEN r.status = 'PENDING' AND r.inbox_seq = (SELECT "
+                "CASE WHEN r.status = 'PENDING' AND (r.inbox_seq = (SELECT "
                 "min(h.inbox_seq) FROM " + s
               + "runs h WHERE h.object_type = $1 AND h.object_key = $2 AND "
-                "h.status IN ('ENQUEUED', 'PENDING')) THEN 1 ELSE 0 END WHERE "
+                "h.status IN ('ENQUEUED', 'PENDING')) OR EXISTS (SELECT 1 FROM "
+              + s
+              + "journal j WHERE j.run_id = r.id)) THEN 1 ELSE 0 END WHERE "
                 "r.object_type = $1 AND r.object_key = $2 AND r.status IN "
                 "('ENQUEUED', 'PENDING') RETURNING "
               + cols);
   c.prepare("release_object",
-            "WITH released AS (UPDATE " + s
+            "UPDATE " + s
               + "objects SET executor = '', updated_at = $5 WHERE type = $1 "
-                "AND key = $2 AND executor = $3 AND epoch = $4 RETURNING 1), "
-                "requeued AS ("
-              + requeue_released(s, "$1", "$2", "$3")
-              + ") SELECT 1 FROM released");
+                "AND key = $2 AND executor = $3 AND epoch = $4 RETURNING 1");
+  // A statement of its own after the release, which locked the key's row:
+  // it sees what a take of the inbox committed meanwhile (a CTE of the
+  // release would read the runs as they were before it waited).
+  c.prepare("requeue_released",
+            "UPDATE " + s
+              + "runs SET status = 'ENQUEUED', executor = '', epoch = 0 WHERE "
+                "object_type = $1 AND object_key = $2 AND status = 'PENDING' "
+                "AND executor = $3");
   c.prepare("hold_object",
             "SELECT 1 FROM " + s
               + "objects WHERE type = $1 AND key = $2 AND executor = $3 AND "
@@ -1929,7 +1924,7 @@ postgres_store::claim_object(std::string_view type, std::string_view key,
     if (res.empty())
       return std::nullopt;
     if (res[0][5].as<bool>()) { // given up: its oldest call is not for us
-      announce_object(w, type, key);
+      requeue_released(w, type, key, executor);
       w.commit();
       return std::nullopt;
     }
@@ -1952,14 +1947,17 @@ void postgres_store::release_object(std::string_view type,
                          std::string{key}, owner.executor, owner.epoch,
                          wall_ms())
            .empty())
-      announce_object(w, type, key);
+      requeue_released(w, type, key, owner.executor);
     w.commit();
   });
 }
 
-void postgres_store::announce_object(pqxx::transaction_base& w,
-                                     std::string_view type,
-                                     std::string_view key) {
+void postgres_store::requeue_released(pqxx::transaction_base& w,
+                                      std::string_view type,
+                                      std::string_view key,
+                                      std::string_view executor) {
+  w.exec_prepared("requeue_released", std::string{type}, std::string{key},
+                  std::string{executor});
   w.exec_prepared("notify", detail::delivery_channel(schema_),
                   "o:" + std::string{type} + '\x1f' + std::string{key});
 }

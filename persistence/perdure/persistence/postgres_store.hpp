@@ -154,9 +154,11 @@ private:
 
   void connect();
   void prepare_objects(connection& c, const std::string& s);
-  /// Tells every process (on `w`'s commit) to look at the key's inbox.
-  void announce_object(pqxx::transaction_base& w, std::string_view type,
-                       std::string_view key);
+  /// The key was given up by `executor` (in `w`, which locked its row):
+  /// the invocations it held go back to ENQUEUED, and every process is
+  /// told (on commit).
+  void requeue_released(pqxx::transaction_base& w, std::string_view type,
+                        std::string_view key, std::string_view executor);
   /// `write_batch` without its invocations; then those alone.
   batch_result write_runs(const persistence::write_batch& batch);
   std::vector<bool>

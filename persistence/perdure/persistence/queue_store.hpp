@@ -66,6 +66,9 @@ struct queue_claim {
   /// ready (ms since the epoch, the claimer's clock), if the claim left
   /// room for it.
   std::optional<std::int64_t> next_ready_ms;
+  /// With a rate limit: the time (database clock, ms) its starts were
+  /// stamped with in the rate limit's count (see `restamp_queue_starts`).
+  std::int64_t stamped_ms = 0;
   /// Where the next claim's partitions start (see `partition_after`):
   /// empty once every partition with ready items was read.
   std::string partition_cursor;
@@ -98,10 +101,10 @@ public:
   virtual void record_queue_starts(const std::vector<std::string>& queues)
     = 0;
 
-  /// A claim's `count` starts of `queue`, stamped at or before `stamped_ms`
-  /// (the database's clock), begin only now (a slow commit or journal
-  /// load): the latest `count` stamps up to `stamped_ms` move to now, so
-  /// the rate limit holds by actual start time.
+  /// A claim's `count` starts of `queue`, stamped `stamped_ms` (see
+  /// `queue_claim::stamped_ms`), begin only now (a slow commit or journal
+  /// load): `count` stamps of that time move to now, so the rate limit
+  /// holds by actual start time.
   virtual void restamp_queue_starts(std::string_view queue,
                                     std::int64_t stamped_ms,
                                     std::int64_t count)

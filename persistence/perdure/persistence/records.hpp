@@ -347,8 +347,10 @@ using write = std::variant<run_record, append_write, completion_write,
 template <class T>
 constexpr std::size_t kind_of() {
   return []<class... Ts>(std::variant<Ts...>*) {
+    constexpr bool same[] = {std::is_same_v<T, Ts>...};
     std::size_t i = 0;
-    ((std::is_same_v<T, Ts> ? false : (++i, true)) && ...);
+    while (i < sizeof...(Ts) && !same[i])
+      ++i;
     return i;
   }(static_cast<write*>(nullptr));
 }

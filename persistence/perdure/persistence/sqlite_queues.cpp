@@ -215,12 +215,19 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
         continue;
       out.runs.push_back(read_run_row(choice.ids[i]));
       out.fresh.push_back(choice.fresh[i]);
-      if (q.rate_limit)
-        prepare(std::string{"INSERT INTO queue_starts (queue_name, "
-                            "started_at) VALUES (?1, "}
-                + db_clock_ms + ")")
+      if (q.rate_limit) {
+        if (out.stamped_ms == 0) { // one stamp for the claim's starts
+          auto& now = prepare(std::string{"SELECT "} + db_clock_ms);
+          now.step();
+          out.stamped_ms = now.int64(0);
+          now.reset();
+        }
+        prepare("INSERT INTO queue_starts (queue_name, started_at) VALUES "
+                "(?1, ?2)")
           .bind(1, q.name)
+          .bind(2, out.stamped_ms)
           .run();
+      }
     }
     if (q.rate_limit && !out.runs.empty())
       prepare("DELETE FROM queue_starts WHERE queue_name = ?1 AND started_at "
@@ -251,8 +258,7 @@ void sqlite_store::restamp_queue_starts(std::string_view queue,
   in_write([&] {
     prepare(std::string{"UPDATE queue_starts SET started_at = "} + db_clock_ms
             + " WHERE rowid IN (SELECT rowid FROM queue_starts WHERE "
-              "queue_name = ?1 AND started_at <= ?2 ORDER BY started_at DESC "
-              "LIMIT ?3)")
+              "queue_name = ?1 AND started_at = ?2 LIMIT ?3)")
       .bind(1, queue)
       .bind(2, stamped_ms)
       .bind(3, count)

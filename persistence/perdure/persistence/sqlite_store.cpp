@@ -122,7 +122,10 @@ auto sqlite_store::with_retry(F&& attempt) {
     // in_transaction).
     return detail::with_retry(retry_budget_, attempt, classify, [this] {
       was_full_ = true;
+      // Not waiting long for readers: the retry budget is what may wait.
+      sqlite3_busy_timeout(db_, 50);
       truncate_log();
+      sqlite3_busy_timeout(db_, 5000);
     });
   } catch (const sqlite_failure& ex) {
     throw perdure::error(errc::store_error, ex.what());
@@ -1190,17 +1193,20 @@ std::vector<run_record> sqlite_store::take_invocations(std::string_view type,
   sel.reset();
   std::vector<run_record> out;
   for (auto& id : ids) {
-    // A claim of the oldest, if PENDING, counts a recovery: calls of a key
-    // run in order, so the ones behind it never began.
-    bool oldest = all_pending && &id == &ids.front();
+    // A claim of a PENDING one that may have begun counts a recovery: the
+    // oldest (calls of a key run in order), or one that recorded something
+    // (see postgres_store's claim_inbox).
+    bool oldest = &id == &ids.front();
     prepare("UPDATE runs SET executor = ?2, epoch = ?3, status = 'PENDING', "
             "wake_at = NULL, recovery_attempts = recovery_attempts + CASE "
-            "WHEN ?4 = 1 AND status = 'PENDING' THEN 1 ELSE 0 END WHERE id = "
-            "?1")
+            "WHEN ?4 = 1 AND status = 'PENDING' AND (?5 = 1 OR EXISTS "
+            "(SELECT 1 FROM journal WHERE run_id = ?1)) THEN 1 ELSE 0 END "
+            "WHERE id = ?1")
       .bind(1, id)
       .bind(2, owner.executor)
       .bind(3, owner.epoch)
-      .bind(4, std::int64_t{oldest ? 1 : 0})
+      .bind(4, std::int64_t{all_pending ? 1 : 0})
+      .bind(5, std::int64_t{oldest ? 1 : 0})
       .run();
     auto run = read_run_row(id);
     run.object_type = type;

@@ -271,8 +271,11 @@ public:
         // A compensation that is a task (object calls, children) records
         // its own operations: an empty step names them in the journal, so
         // that history() shows them as this step's undo, not forward calls.
-        co_await ctx_->step("undo:" + undo.name, [] {},
-                            opts_.compensation_policy);
+        // (Left out where a journal written before the marker existed
+        // has the task's own operation there.)
+        auto marker = "undo:" + undo.name;
+        if (!ctx_->recorded_otherwise(marker))
+          co_await ctx_->step(marker, [] {}, opts_.compensation_policy);
         error = co_await run_task_undo(undo);
       }
       if (error.empty())

@@ -42,24 +42,20 @@ struct queue_state {
 
 using queue_actor = caf::stateful_actor<queue_state>;
 
-/// The claimed `runs` of `queue` start later than the rate limit's margin
-/// after their claim stamped them (a slow commit or journal load): their
-/// stamps move to now, so the limit holds by actual start time.
+/// The `count` items of `queue` a claim stamped `stamped_ms` start later
+/// than the rate limit's margin after it (a slow commit or journal load):
+/// their stamps move to now, so the limit holds by actual start time.
 void restamp(perdure::detail::runtime_impl& rt, const std::string& queue,
-             const std::vector<persistence::run_record>& runs) {
-  std::int64_t stamped = 0;
-  for (auto& run : runs)
-    stamped = std::max(stamped, run.started_at_ms.value_or(0));
+             std::int64_t stamped_ms, std::int64_t count) {
   try {
     rt.stores->with([&](persistence::store& db) {
-      db.restamp_queue_starts(queue, stamped,
-                              static_cast<std::int64_t>(runs.size()));
+      db.restamp_queue_starts(queue, stamped_ms, count);
     });
   } catch (const std::exception& ex) {
     rt.log().warn("perdure: could not move the start times of {} items of "
                   "queue '{}' to their actual start ({}); its rate limit may "
                   "let a few more start in the next window",
-                  runs.size(), queue, ex.what());
+                  count, queue, ex.what());
   }
 }
 
@@ -113,7 +109,8 @@ void claim(queue_actor* self) {
       if (req.queue.rate_limit && !c.runs.empty()
           && std::chrono::steady_clock::now() - asked
                > std::chrono::milliseconds{req.rate_margin_ms})
-        restamp(rt, req.queue.name, c.runs);
+        restamp(rt, req.queue.name, c.stamped_ms,
+                static_cast<std::int64_t>(c.runs.size()));
       std::vector<claimed_item> items;
       for (auto& run : c.runs) {
         auto j = std::move(journals[run.id]);
