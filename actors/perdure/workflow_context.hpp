@@ -63,6 +63,7 @@ public:
     auto op = next_operation(persistence::entry_kind::step, std::move(name),
                              policy);
     op.body = [fn = std::forward<F>(fn), core]() mutable {
+      (void)core; // used only for a result to encode
       detail::step_outcome out;
       try {
         if constexpr (std::is_void_v<result_type>)
@@ -96,6 +97,7 @@ public:
     auto op = next_operation(persistence::entry_kind::transaction,
                              std::move(name), policy);
     op.tx_body = [fn = std::forward<F>(fn), core](sql_session& s) mutable {
+      (void)core; // used only for a result to encode
       if constexpr (std::is_void_v<result_type>) {
         fn(s);
         return std::string{};

@@ -47,7 +47,11 @@ int main(int argc, char** argv) {
   rt.register_workflow("item", [log](workflow_context& ctx,
                                      spec in) -> task<int> {
     auto id = ctx.workflow_id();
-    auto [steps, hold, partition] = in;
+    // Named copies: a lambda below takes them (clang 14 cannot capture
+    // structured bindings).
+    auto steps = std::get<0>(in);
+    auto hold = std::get<1>(in);
+    auto partition = std::get<2>(in);
     int sum = 0;
     for (int s = 0; s < steps; ++s)
       sum += co_await ctx.step("s" + std::to_string(s), [&, s] {

@@ -364,7 +364,6 @@ TEST_F(waits_test, a_passivated_parent_is_woken_by_its_childs_end) {
     c.passivate_after = 50ms;
     return c;
   }()};
-  std::atomic<bool> gate{false};
   rt.register_workflow("child", [&](workflow_context& ctx) -> task<int> {
     co_await ctx.promise<int>("go");
     co_return 5;
