@@ -1035,14 +1035,22 @@ namespace {
 // counts against its queue's rate limit like its first start.
 TEST_F(review_test, restarted_items_count_against_the_rate_limit) {
   std::atomic<bool> hold{true};
+  std::atomic<bool> crash{false};
   auto make = [&] {
     auto rt = std::make_unique<runtime>(db_.runtime_config("p1"));
     rt->register_workflow("slow", [&](workflow_context& ctx) -> task<int> {
-      co_return co_await ctx.step("wait", [&] {
-        while (hold)
-          std::this_thread::sleep_for(5ms);
-        return 1;
-      });
+      co_return co_await ctx.step(
+        "wait",
+        [&] {
+          while (hold) {
+            if (crash) // as if the process died here: nothing recorded
+              throw std::runtime_error("the process goes down");
+            std::this_thread::sleep_for(5ms);
+          }
+          return 1;
+        },
+        retry_policy{.max_attempts = 100, .initial_delay = 60s,
+                     .max_delay = 60s});
     });
     queues::register_queue(*rt, "r",
                            {.rate = queues::rate_limit{8, 60s}});
@@ -1065,9 +1073,11 @@ TEST_F(review_test, restarted_items_count_against_the_rate_limit) {
              == "5";
     }, 10s));
     EXPECT_EQ(starts(), "5");
-    hold = false; // lets stop() end the steps in flight; a crash would too
+    // The steps in flight end without a result (their retry is a minute
+    // away): stop() leaves all five PENDING, as a crash would.
+    crash = true;
     rt->stop();
-    hold = true;
+    crash = false;
   }
   auto rt = make();
   rt->start();
@@ -1145,15 +1155,16 @@ TEST_F(review_test, a_fixed_id_restarts_despite_a_partitioned_predecessor) {
   {
     runtime rt{db_.runtime_config("pod-1")};
     rt.start();
-    // Its lock (other tests' runtimes may hold theirs): the key is the
-    // row's, the class an oid read as the int that took it.
+    // Its lock: the key is the row's, the class the schema's FNV-1a hash
+    // (as postgres_store takes it; other tests' schemas have others).
     obj = sql.scalar("SELECT lock_key FROM " + sql.table("executors")
                      + " WHERE id = 'pod-1'");
-    cls = sql.scalar("SELECT classid::bigint - CASE WHEN classid::bigint > "
-                     "2147483647 THEN 4294967296 ELSE 0 END FROM pg_locks "
-                     "WHERE locktype = 'advisory' AND objsubid = 2 AND granted "
-                     "AND objid = " + obj + "::int::oid AND database = (SELECT "
-                     "oid FROM pg_database WHERE datname = current_database())");
+    std::uint32_t h = 2166136261u;
+    for (unsigned char ch : db_.schema) {
+      h ^= ch;
+      h *= 16777619u;
+    }
+    cls = std::to_string(static_cast<std::int32_t>(h));
   }
   // The predecessor's session: it holds the lock, and its heartbeat is old.
   pqxx::connection squatter{db_.url};
