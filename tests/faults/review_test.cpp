@@ -1240,3 +1240,42 @@ TEST_F(review_test, a_task_compensation_is_named_as_an_undo_in_history) {
 }
 
 } // namespace
+
+namespace {
+
+// M5: a cancel whose first commit went through but whose reply was lost
+// (the retry finds the run CANCELLED already) still stops the run here
+// and tells its parent. The lost reply is the row made CANCELLED by hand.
+TEST_F(review_test, a_cancel_found_applied_by_its_retry_still_reaches_the_parent) {
+  std::atomic<int> bodies{0};
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("child", [&](workflow_context& ctx) -> task<int> {
+    for (int i = 0; i < 400; ++i)
+      co_await ctx.step("s" + std::to_string(i), [&] {
+        ++bodies;
+        std::this_thread::sleep_for(25ms);
+      });
+    co_return 1;
+  });
+  rt.register_workflow("parent", [&](workflow_context& ctx) -> task<int> {
+    auto c = co_await ctx.start_child<int>("child", 0, "kid");
+    try {
+      co_return co_await c;
+    } catch (const terminal_error&) {
+      co_return -1;
+    }
+  });
+  rt.start();
+  auto parent = rt.start_workflow<int>("parent", {.id = "p"});
+  ASSERT_TRUE(test::eventually([&] { return bodies.load() >= 3; }, 10s));
+  test::sql_client sql{db_};
+  sql.exec("UPDATE " + sql.table("runs")
+           + " SET status = 'CANCELLED' WHERE id = 'kid'");
+  rt.cancel("kid");
+  EXPECT_EQ(parent.get(5s), -1) << "the parent never heard of the cancel";
+  auto after = bodies.load();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LE(bodies.load(), after + 1) << "the cancelled run ran on";
+}
+
+} // namespace
