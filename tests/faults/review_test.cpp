@@ -1279,3 +1279,58 @@ TEST_F(review_test, a_cancel_found_applied_by_its_retry_still_reaches_the_parent
 }
 
 } // namespace
+
+namespace {
+
+// 6: an undo run that exists already (its creation committed, the parent's
+// record of it did not: a crash or a commit in doubt) is recognised when
+// the parent asks again, not refused as "another run". The lost record is
+// the parent's journal cut back by hand.
+TEST_F(review_test, an_undo_run_that_exists_already_is_recognised) {
+  auto make = [] (test::database& db) {
+    auto rt = std::make_unique<runtime>(db.runtime_config("p1"));
+    rt->register_workflow("c", [](workflow_context& ctx) -> task<int> {
+      co_return co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
+        co_await s.step("x", [] { return 1; }, [](const int&) {});
+        co_return 1;
+      });
+    });
+    rt->register_workflow("p", [](workflow_context& ctx) -> task<int> {
+      co_return co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
+        co_await s.child<int>("kid", "c", 0);
+        throw terminal_error("the next step failed");
+        co_return 0;
+      });
+    });
+    return rt;
+  };
+  test::sql_client sql{db_};
+  {
+    auto rt = make(db_);
+    rt->start();
+    auto h = rt->start_workflow<int>("p", {.id = "p"});
+    try {
+      h.get(20s);
+    } catch (const perdure::error& ex) {
+      ASSERT_EQ(ex.code(), errc::compensated) << ex.what();
+    }
+  }
+  // As if the parent had crashed after the undo run was created and before
+  // its journal said so: its record of the undo and what followed go, and
+  // it is PENDING again.
+  sql.exec("DELETE FROM " + sql.table("journal") + " WHERE run_id = 'p' AND "
+           "seq >= (SELECT seq FROM " + sql.table("journal")
+           + " WHERE run_id = 'p' AND name = 'p.kid.undo')");
+  sql.exec("UPDATE " + sql.table("runs") + " SET status = 'PENDING', output = "
+           "NULL, error = NULL WHERE id = 'p'");
+  auto rt = make(db_);
+  rt->start();
+  try {
+    rt->retrieve_workflow<int>("p").get(20s);
+    FAIL() << "the saga succeeded";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::compensated) << ex.what();
+  }
+}
+
+} // namespace
