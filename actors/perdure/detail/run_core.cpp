@@ -54,14 +54,7 @@ std::int32_t run_core::peek_seq() const noexcept {
 }
 
 std::int32_t run_core::next_seq_jumping() noexcept {
-  for (bool jumped = true; jumped;) {
-    jumped = false;
-    for (auto& [from, to] : *jumps_)
-      if (next_seq_ == from && from != to) {
-        next_seq_ = to;
-        jumped = true;
-      }
-  }
+  next_seq_ = peek_seq();
   return next_seq_++;
 }
 
