@@ -846,7 +846,8 @@ bool runtime_impl::finish_passivation(const std::string& id,
   return true;
 }
 
-void runtime_impl::revive(const std::string& id, bool count_attempt) {
+void runtime_impl::revive(const std::string& id, revival why) {
+  bool count_attempt = why == revival::crashed;
   {
     std::lock_guard guard{active_mtx_};
     if (!running_ || lease_lost_ || active_.count(id) > 0
@@ -865,7 +866,8 @@ void runtime_impl::revive(const std::string& id, bool count_attempt) {
   } guard{*this, id};
   try {
     auto run = stores->with([&](persistence::store& db) {
-      return db.claim_run(id, cfg.executor_id, filter_, count_attempt);
+      return db.claim_run(id, cfg.executor_id, filter_, count_attempt,
+                          why != revival::wake);
     });
     if (!run)
       return; // ended, or not ours
@@ -941,6 +943,9 @@ runtime_impl::spawn_run(persistence::run_record run,
   auto id = run.id;
   auto epoch = run.owner.epoch;
   auto queue = run.queue_name;
+  log().debug("perdure: run {} starts here at epoch {} with {} journal "
+              "entries",
+              id, epoch, journal.size());
   auto actor = spawn_run_actor(*system, *this, std::move(run),
                                std::move(journal));
   if (!queue.empty() && queues)
@@ -1091,7 +1096,7 @@ void runtime_impl::check_stranded() {
                cfg.executor_id, missing.size());
     for (auto& p : missing) {
       if (p.object_type.empty())
-        revive(p.id);
+        revive(p.id, revival::lost);
       else if (object_types.count(p.object_type) > 0)
         objects->reclaim(p.object_type, p.object_key);
     }
@@ -1113,7 +1118,7 @@ void runtime_impl::revive_orphans() {
   // every time must end); a store outage does not (a long-lived run may
   // see many). A failure makes the run an orphan again.
   for (auto& [id, crashed] : ids)
-    revive(id, crashed);
+    revive(id, crashed ? revival::crashed : revival::lost);
   std::lock_guard guard{active_mtx_};
   orphans_busy_ = false;
   // The store still failing: try less often, up to 8 x orphan_retry.

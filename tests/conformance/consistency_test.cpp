@@ -173,8 +173,8 @@ TEST_F(store_test, a_child_is_not_created_under_a_stale_parent_fence) {
 TEST_F(store_test, claiming_a_run_fences_other_copies_and_wakes_it) {
   store_->create_run(make_run("r"));
   ASSERT_TRUE(store_->set_wake_at({"exec-a", 1}, "r", 5000));
-  EXPECT_FALSE(store_->claim_run("r", "exec-b", wf_, true)) << "not its run";
-  auto claimed = store_->claim_run("r", "exec-a", wf_, true);
+  EXPECT_FALSE(store_->claim_run("r", "exec-b", wf_, true, true)) << "not its run";
+  auto claimed = store_->claim_run("r", "exec-a", wf_, true, true);
   ASSERT_TRUE(claimed);
   EXPECT_EQ(claimed->owner.epoch, 2);
   EXPECT_EQ(claimed->recovery_attempts, 1);
@@ -182,9 +182,25 @@ TEST_F(store_test, claiming_a_run_fences_other_copies_and_wakes_it) {
   EXPECT_FALSE(store_->write_batch({.appends = {append("r", 0, {"exec-a", 1})}})
                  .appends.at(0))
     << "the copy at the old epoch is fenced";
-  EXPECT_EQ(store_->claim_run("r", "exec-a", wf_, false)->recovery_attempts, 1);
+  EXPECT_EQ(store_->claim_run("r", "exec-a", wf_, false, true)->recovery_attempts, 1);
   store_->cancel_run("r", 10);
-  EXPECT_FALSE(store_->claim_run("r", "exec-a", wf_, false)) << "ended";
+  EXPECT_FALSE(store_->claim_run("r", "exec-a", wf_, false, true)) << "ended";
+}
+
+TEST_F(store_test, waking_a_run_into_memory_keeps_its_epoch) {
+  // A passivated run woken has no other copy: the claim keeps the epoch, so
+  // a copy this process brings in meanwhile at that epoch is not fenced.
+  store_->create_run(make_run("r"));
+  ASSERT_TRUE(store_->set_wake_at({"exec-a", 1}, "r", 5000));
+  auto woken = store_->claim_run("r", "exec-a", wf_, false, false);
+  ASSERT_TRUE(woken);
+  EXPECT_EQ(woken->owner.epoch, 1);
+  EXPECT_FALSE(woken->wake_at_ms) << "claimed into memory";
+  EXPECT_TRUE(store_->write_batch({.appends = {append("r", 0, {"exec-a", 1})}})
+                .appends.at(0))
+    << "the copy at its epoch still writes";
+  EXPECT_FALSE(store_->claim_run("r", "exec-b", wf_, false, false))
+    << "not its run";
 }
 
 TEST_F(store_test, a_row_perdure_cannot_have_written_comes_back_unreadable) {
@@ -218,7 +234,7 @@ TEST_F(store_test, a_batch_holding_two_copies_of_a_run_accepts_the_current_one) 
   // the same batch as its successor: the fence tells them apart by epoch,
   // in one statement and in PostgreSQL's COPY path alike.
   store_->create_run(make_run("r"));
-  ASSERT_TRUE(store_->claim_run("r", "exec-a", wf_, false)); // now at epoch 2
+  ASSERT_TRUE(store_->claim_run("r", "exec-a", wf_, false, true)); // now at epoch 2
   for (int appends : {1, 20}) { // 2 and 40 appends in all
     write_batch batch;
     for (int i = 0; i < appends; ++i) {

@@ -82,7 +82,7 @@ TEST_F(lease_test, a_lapsed_holder_is_fenced_and_its_epoch_never_returns) {
                                 .completions = {}})
                  .appends.at(0))
     << "a lapsed holder's write got through";
-  EXPECT_FALSE(stale.db->claim_run("r1", "x", wf_, false))
+  EXPECT_FALSE(stale.db->claim_run("r1", "x", wf_, false, true))
     << "a lapsed holder claimed a run";
   EXPECT_TRUE(stale.db->take_over("x", wf_, std::nullopt, 3000).empty())
     << "a lapsed holder took runs over";

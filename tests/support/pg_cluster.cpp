@@ -85,7 +85,7 @@ void pg_cluster::pg_ctl(const std::string& args) {
 
 void pg_cluster::start() {
   pg_ctl("-w -o \"-p " + std::to_string(port_) + " -k " + dir_
-         + " -c listen_addresses=127.0.0.1 -c fsync=off\" start");
+         + " -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300\" start");
 }
 
 void pg_cluster::stop(const char* mode) {
@@ -95,7 +95,7 @@ void pg_cluster::stop(const char* mode) {
 void pg_cluster::restart(const char* mode) {
   pg_ctl("-w -m " + std::string{mode} + " -o \"-p " + std::to_string(port_)
          + " -k " + dir_
-         + " -c listen_addresses=127.0.0.1 -c fsync=off\" restart");
+         + " -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300\" restart");
 }
 
 int pg_cluster::kill_backends() {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -218,6 +219,23 @@ private:
   int exits_ = 0;
 };
 
+/// The fault kind a draw in [0, 100) picks (the weights of the schedule).
+std::string kind_of(std::uint64_t pick) {
+  if (pick < 34)
+    return "sigkill";
+  if (pick < 42)
+    return "stall_past_lease";
+  if (pick < 52)
+    return "pg_restart_immediate";
+  if (pick < 57)
+    return "pg_down_past_budget";
+  if (pick < 71)
+    return "pg_terminate_backend";
+  if (pick < 87)
+    return "connections_cut";
+  return "connections_stalled";
+}
+
 /// Counts what is not ended yet (nothing, once all work ended).
 std::int64_t unfinished(const test::database& db) {
   try {
@@ -232,6 +250,12 @@ std::int64_t unfinished(const test::database& db) {
 } // namespace
 
 int run_torture(const torture_options& opts) {
+  // Every connection of five processes passes through the relay (two
+  // descriptors each): more than the default 1024 at the peaks.
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &files);
   std::filesystem::remove_all(opts.dir);
   std::filesystem::create_directories(opts.dir);
   test::pg_cluster cluster;
@@ -274,33 +298,30 @@ int run_torture(const torture_options& opts) {
     auto at = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
                 .count();
     auto pick = below(100);
+    if (!opts.only.empty()) // draw until the kind asked for comes up
+      while (kind_of(pick) != opts.only)
+        pick = below(100);
     auto slot = static_cast<int>(below(static_cast<std::uint64_t>(opts.runtimes)));
     std::string kind;
     try {
-      if (pick < 34) {
-        kind = "sigkill";
+      kind = kind_of(pick);
+      if (kind == "sigkill") {
         procs.kill_runtime(slot, below(2) == 0);
-      } else if (pick < 42) {
-        kind = "stall_past_lease";
+      } else if (kind == "stall_past_lease") {
         procs.stall_runtime(slot, lease + std::chrono::milliseconds{
                                             1000 + below(1500)});
-      } else if (pick < 52) {
-        kind = "pg_restart_immediate";
+      } else if (kind == "pg_restart_immediate") {
         cluster.restart("immediate");
-      } else if (pick < 57) {
-        kind = "pg_down_past_budget";
+      } else if (kind == "pg_down_past_budget") {
         cluster.stop("immediate");
         std::this_thread::sleep_for(retry_budget
                                     + std::chrono::milliseconds{1000 + below(2000)});
         cluster.start();
-      } else if (pick < 71) {
-        kind = "pg_terminate_backend";
+      } else if (kind == "pg_terminate_backend") {
         cluster.kill_backends();
-      } else if (pick < 87) {
-        kind = "connections_cut";
+      } else if (kind == "connections_cut") {
         relay.cut_all();
       } else {
-        kind = "connections_stalled";
         auto d = std::chrono::milliseconds{500 + below(3000)};
         relay.stall(d);
         std::this_thread::sleep_for(d);
@@ -317,6 +338,9 @@ int run_torture(const torture_options& opts) {
     }
     ++faults[kind];
     schedule << at << " " << kind << " rt" << slot << "\n";
+    std::cerr << "torture: " << at << " s " << kind << " (rt" << slot
+              << "); " << relay.open_count() << " connections open"
+              << std::endl;
   }
   auto last_fault = std::chrono::steady_clock::now();
   std::cerr << "torture: faults stopped; letting the clients finish"

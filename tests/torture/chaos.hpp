@@ -22,6 +22,8 @@ struct torture_options {
   int clients = 2;
   /// How long all work may take to end after the last fault.
   int settle_seconds = 180;
+  /// Only faults of this kind (for repeating one finding); empty: all.
+  std::string only;
 };
 
 /// Runs it; returns the number of violations (0: passed).

@@ -46,7 +46,10 @@ sigset_t block_sigterm() {
 int run_runtime(const std::string& relay_url, const std::string& direct_url,
                 const std::string& executor, const std::string& dir) {
   auto term = block_sigterm();
-  spdlog::set_level(spdlog::level::warn);
+  // PERDURE_TORTURE_LOG=debug (or info) for more of the runtimes' story.
+  auto level = std::getenv("PERDURE_TORTURE_LOG");
+  spdlog::set_level(level ? spdlog::level::from_str(level)
+                          : spdlog::level::warn);
   config cfg;
   cfg.database_url = relay_url;
   cfg.schema = schema;
@@ -133,11 +136,13 @@ int main(int argc, char** argv) {
       opts.seconds = 60 * std::stoi(next());
     else if (a == "--seed")
       opts.seed = std::stoull(next());
+    else if (a == "--only")
+      opts.only = next();
     else if (a == "--dir")
       opts.dir = next();
     else {
       std::cerr << "usage: perdure-torture [--seconds N | --minutes N] "
-                   "[--seed S] [--dir D]\n";
+                   "[--seed S] [--dir D] [--only FAULT]\n";
       return 2;
     }
   }

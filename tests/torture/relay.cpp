@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <stdexcept>
 #include <vector>
 
@@ -131,6 +132,8 @@ void tcp_relay::loop() {
       int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c >= 0) {
         int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+          std::perror("relay: socket");
         auto a = loopback(target_port_);
         if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
           int one = 1;
@@ -143,6 +146,8 @@ void tcp_relay::loop() {
           ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
           links.push_back({c, s});
         } else { // the server is down: refuse, as it would
+          if (errno != ECONNREFUSED)
+            std::perror("relay: connect");
           ::close(s);
           reset(c);
         }
@@ -150,8 +155,10 @@ void tcp_relay::loop() {
     }
     if (stalled)
       continue;
+    // Only the links polled above (one accepted just now was not).
+    auto polled = (fds.size() - 2) / 2;
     std::vector<bool> dead(links.size(), false);
-    for (std::size_t i = 0; i < links.size(); ++i) {
+    for (std::size_t i = 0; i < polled; ++i) {
       for (int side = 0; side < 2; ++side) {
         auto& p = fds[2 + 2 * i + static_cast<std::size_t>(side)];
         if (p.revents == 0)
@@ -173,6 +180,7 @@ void tcp_relay::loop() {
       }
     }
     links.swap(alive);
+    open_ = static_cast<int>(links.size());
   }
   for (auto& l : links) {
     ::close(l.client);

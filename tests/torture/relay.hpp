@@ -34,6 +34,11 @@ public:
   /// new ones are accepted but get no answer meanwhile).
   void stall(std::chrono::milliseconds d);
 
+  /// Returns how many connections are open through it now.
+  int open_count() const noexcept {
+    return open_.load();
+  }
+
   /// Returns how many connections were cut so far.
   int cut_count() const noexcept {
     return cuts_.load();
@@ -51,6 +56,7 @@ private:
   std::atomic<bool> cut_{false};
   std::atomic<std::int64_t> stalled_until_ns_{0};
   std::atomic<int> cuts_{0};
+  std::atomic<int> open_{0};
   std::thread thread_;
 };
 

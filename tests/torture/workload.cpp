@@ -35,12 +35,14 @@ void step_body(const std::string& run, const std::string& step) {
   env.log->write({"B", now(), pid(), run, step});
   try {
     auto& sql = test::thread_client(env.direct);
-    auto n = sql.scalar("SELECT count(*) FROM " + sql.table("journal")
-                          + " WHERE run_id = $1 AND name = $2 AND outcome = 0"
-                            " AND kind IN ('step', 'transaction')",
-                        {run, step});
-    if (n != "0")
-      env.log->write({"BAD_STEP", now(), pid(), run, step});
+    auto rows = sql.exec("SELECT seq, created_at FROM " + sql.table("journal")
+                           + " WHERE run_id = $1 AND name = $2 AND outcome = 0"
+                             " AND kind IN ('step', 'transaction')",
+                         {run, step});
+    if (!rows.rows.empty())
+      env.log->write({"BAD_STEP", now(), pid(), run, step,
+                      "checkpointed_at_ms=" + rows.rows[0][1].value_or(""),
+                      "now_ms=" + std::to_string(test::wall_ms())});
   } catch (const std::exception&) {
     env.log->write({"NOPROBE", now(), pid(), run, step});
   }

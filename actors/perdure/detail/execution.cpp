@@ -80,6 +80,8 @@ void execution::run_steps(step_job j) {
       send_signal(j.me, run_signal::drop, j.seq);
       return;
     }
+    j.rt->log().debug("perdure: run {} step {} runs at epoch {}",
+                      j.proto.run_id, j.seq, j.fence.epoch);
     auto out = j.body();
     if (out.result == persistence::outcome::failed && !j.last_attempt) {
       // Attempts left: the host schedules the retry.

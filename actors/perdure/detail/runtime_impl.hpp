@@ -219,13 +219,28 @@ public:
   bool finish_passivation(const std::string& id, std::int64_t epoch,
                           std::uint64_t seen);
 
-  /// Claims run `id` (a new epoch: any other copy is fenced) and spawns its
-  /// actor replaying its journal, if it is a PENDING run of this executor
-  /// not in memory here and not one this process was fenced from (on the
-  /// control executor: it blocks). `count_attempt`: this is a recovery (the
-  /// run's actor failed), counted against `max_recovery_attempts`. A store
-  /// failure leaves the run orphaned: the next housekeeping tries again.
-  void revive(const std::string& id, bool count_attempt = false);
+  /// Why a run of this executor comes back into memory.
+  enum class revival {
+    /// Woken (a delivery, a timer) after it passivated: no other copy of
+    /// it exists, so it keeps its epoch -- and a takeover or adoption
+    /// bringing it in here at that epoch meanwhile is not fenced by this
+    /// claim (two actors of one run would each run the step under way).
+    wake,
+    /// Its actor was lost (a checkpoint failed past the retry budget, a
+    /// claim whose reply was lost): a new epoch fences what it may still
+    /// have in flight.
+    lost,
+    /// Its actor failed: as `lost`, and counted against
+    /// `max_recovery_attempts`.
+    crashed,
+  };
+
+  /// Claims run `id` (see `revival`) and spawns its actor replaying its
+  /// journal, if it is a PENDING run of this executor not in memory here
+  /// and not one this process was fenced from (on the control executor: it
+  /// blocks). A store failure leaves the run orphaned: the next
+  /// housekeeping tries again.
+  void revive(const std::string& id, revival why = revival::wake);
 
   /// Spawns the actor of `run`, replaying `journal` (or, if the run was
   /// recovered too often, ends it RETRIES_EXCEEDED). Returns the actor, or

@@ -608,7 +608,7 @@ void postgres_store::connect() {
                  "unnest($1::text[], $2::int[]))");
   c->prepare("claim_run",
              "UPDATE " + s
-               + "runs SET epoch = epoch + 1, wake_at = NULL, recovery_attempts "
+               + "runs SET epoch = epoch + $7, wake_at = NULL, recovery_attempts "
                  "= recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
                  "status = 'PENDING' AND "
                + claimable("$4", "$5") + " AND " + holds_lease(s, "$2", "$6")
@@ -730,7 +730,8 @@ postgres_store::create_child(const fence& parent, const run_record& child) {
 std::optional<run_record> postgres_store::claim_run(std::string_view id,
                                                     std::string_view executor,
                                                     const claim_filter& filter,
-                                                    bool count_attempt) {
+                                                    bool count_attempt,
+                                                    bool new_epoch) {
   detail::pg_array names;
   for (auto& n : filter.names)
     names.add(n);
@@ -738,7 +739,8 @@ std::optional<run_record> postgres_store::claim_run(std::string_view id,
     pqxx::nontransaction w{*conn_};
     auto res = w.exec_prepared("claim_run", std::string{id},
                                std::string{executor}, count_attempt ? 1 : 0,
-                               names.str(), filter.app_version, lease());
+                               names.str(), filter.app_version, lease(),
+                               new_epoch ? 1 : 0);
     if (res.empty())
       return std::nullopt;
     return read_run(res[0]);

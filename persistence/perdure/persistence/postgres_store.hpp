@@ -39,7 +39,8 @@ public:
   std::optional<run_record> claim_run(std::string_view id,
                                       std::string_view executor,
                                       const claim_filter& filter,
-                                      bool count_attempt) override;
+                                      bool count_attempt,
+                                      bool new_epoch) override;
   run_page list_runs(const run_filter& filter) override;
   std::int64_t acquire_lease(const lease_request& r) override;
   std::optional<lease_renewal> renew_lease(std::string_view executor,

@@ -33,15 +33,20 @@ public:
   /// Returns the run with id `id`, if any.
   virtual std::optional<run_record> get_run(std::string_view id) = 0;
 
-  /// Takes over PENDING run `id` of `executor` as `claim_pending_runs` does
-  /// for all of them (epoch + 1, so any other copy is fenced; the recovery
-  /// counter + 1 if `count_attempt`), to bring it into memory: its wake-up
-  /// time is cleared. Returns the run as it now is, or nothing if it is not
-  /// a PENDING run of `executor` that `filter` lets it run.
+  /// Takes PENDING run `id` of `executor` into memory: its wake-up time is
+  /// cleared, the recovery counter + 1 if `count_attempt`, and with
+  /// `new_epoch` the epoch + 1 as `claim_pending_runs` does (any other copy
+  /// is fenced: for a run whose actor was lost with writes maybe in
+  /// flight). Without it the epoch stays (a passivated run woken: no other
+  /// copy exists, and one this process is bringing in at that epoch
+  /// meanwhile stays the only one). Returns the run as it now is, or
+  /// nothing if it is not a PENDING run of `executor` that `filter` lets it
+  /// run.
   virtual std::optional<run_record> claim_run(std::string_view id,
                                               std::string_view executor,
                                               const claim_filter& filter,
-                                              bool count_attempt)
+                                              bool count_attempt,
+                                              bool new_epoch)
     = 0;
 
   /// Takes over every PENDING run owned by `executor` that `filter` lets it

@@ -373,7 +373,8 @@ sqlite_store::create_child(const fence& parent, const run_record& child) {
 std::optional<run_record> sqlite_store::claim_run(std::string_view id,
                                                   std::string_view executor,
                                                   const claim_filter& filter,
-                                                  bool count_attempt) {
+                                                  bool count_attempt,
+                                                  bool new_epoch) {
   return in_transaction([&]() -> std::optional<run_record> {
     auto& sel = prepare("SELECT name, app_version FROM runs WHERE id = ?1 AND "
                         "executor = ?2 AND status = 'PENDING' AND object_type "
@@ -383,10 +384,11 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
     sel.reset();
     if (!ok)
       return std::nullopt;
-    prepare("UPDATE runs SET epoch = epoch + 1, wake_at = NULL, "
+    prepare("UPDATE runs SET epoch = epoch + ?3, wake_at = NULL, "
             "recovery_attempts = recovery_attempts + ?2 WHERE id = ?1")
       .bind(1, id)
       .bind(2, std::int64_t{count_attempt ? 1 : 0})
+      .bind(3, std::int64_t{new_epoch ? 1 : 0})
       .run();
     return read_run_row(id);
   });
