@@ -129,7 +129,10 @@ void check_runs(test::sql_client& sql, check_report& rep) {
     {"order", {"SUCCESS", "CANCELLED"}},
     {"leaf", {"SUCCESS", "CANCELLED"}},
     {"transfer", {"SUCCESS"}},
-    {"trip", {"SUCCESS", "COMPENSATED"}},
+    // A trip cancelled before its saga began (still unadopted) has
+    // nothing to undo and ends CANCELLED; the inventory check catches one
+    // that held something.
+    {"trip", {"SUCCESS", "COMPENSATED", "CANCELLED"}},
     {"job", {"SUCCESS", "DEAD_LETTER"}},
     {"slow_job", {"SUCCESS", "DEAD_LETTER"}},
   };
