@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -86,6 +87,18 @@ struct config {
   /// claim): one count over an index; work missing at two looks in a row
   /// is brought back.
   std::chrono::milliseconds stranded_check{10'000};
+
+  /// What `perdure::testing::check_crash_points` observes of a runtime:
+  /// called after each checkpoint of a run committed (not on replay), and
+  /// right before each step body runs, with the run's id and the
+  /// operation's journal index. Not for production use.
+  struct test_hooks {
+    std::function<void(const std::string& run_id, std::int32_t seq)>
+      checkpoint_committed;
+    std::function<void(const std::string& run_id, std::int32_t seq)>
+      step_starting;
+  };
+  std::shared_ptr<const test_hooks> testing;
 
   /// Returns the defaults overridden by the environment:
   /// `PERDURE_DATABASE_URL`, `PERDURE_SCHEMA`, `PERDURE_EXECUTOR_ID`,

@@ -8,6 +8,8 @@
 
 #include <perdure/perdure.hpp>
 
+#include "bank.hpp"
+
 #include <csignal>
 #include <iostream>
 #include <random>
@@ -21,67 +23,6 @@ constexpr int accounts = 10;
 constexpr int transfers = 400;
 constexpr std::int64_t opening = 100;
 
-struct account {
-  std::int64_t balance = 0;
-  bool opened = false;
-
-  template <class Archive>
-  void serialize(Archive& ar) {
-    ar(CEREAL_NVP(balance), CEREAL_NVP(opened));
-  }
-};
-
-perdure::task<std::int64_t> open_account(perdure::object_context<account>& ctx,
-                                 std::int64_t amount) {
-  if (!ctx.state().opened) { // opening twice deposits once
-    ctx.state().opened = true;
-    ctx.state().balance = amount;
-  }
-  co_return ctx.state().balance;
-}
-
-perdure::task<std::int64_t> deposit(perdure::object_context<account>& ctx,
-                                    std::int64_t amount) {
-  ctx.state().balance += amount;
-  co_return ctx.state().balance;
-}
-
-perdure::task<std::int64_t> withdraw(perdure::object_context<account>& ctx,
-                                     std::int64_t amount) {
-  if (ctx.state().balance < amount)
-    throw perdure::terminal_error("insufficient funds"); // changes nothing
-  ctx.state().balance -= amount;
-  co_return ctx.state().balance;
-}
-
-perdure::task<std::int64_t> balance(perdure::shared_object_context<account>& ctx) {
-  co_return ctx.state().balance;
-}
-
-struct transfer_order {
-  std::string from, to;
-  std::int64_t amount = 0;
-
-  template <class Archive>
-  void serialize(Archive& ar) {
-    ar(CEREAL_NVP(from), CEREAL_NVP(to), CEREAL_NVP(amount));
-  }
-};
-
-/// Withdraws, then deposits; a refused withdrawal ends the transfer.
-perdure::task<bool> transfer(perdure::workflow_context& ctx,
-                             transfer_order t) {
-  auto withdrawn = co_await ctx.send<std::int64_t>("account", t.from,
-                                                   "withdraw", t.amount);
-  try {
-    co_await withdrawn;
-  } catch (const perdure::terminal_error&) {
-    co_return false;
-  }
-  co_await ctx.call<std::int64_t>("account", t.to, "deposit", t.amount);
-  co_return true;
-}
-
 std::string name(int n) {
   return "acct-" + std::to_string(n);
 }
@@ -91,12 +32,7 @@ std::string name(int n) {
 int main(int argc, char** argv) {
   bool crash = argc > 1 && std::string{argv[1]} == "--crash";
   perdure::runtime rt{perdure::config::from_env()};
-  rt.register_object<account>("account")
-    .handler("open", open_account)
-    .handler("deposit", deposit)
-    .handler("withdraw", withdraw)
-    .handler("balance", balance);
-  rt.register_workflow("transfer", transfer);
+  bank::register_bank(rt);
   rt.start(); // finishes the transfers a killed run left
 
   for (int a = 0; a < accounts; ++a)
@@ -108,7 +44,7 @@ int main(int argc, char** argv) {
   std::uniform_int_distribution<std::int64_t> amount{1, 60};
   std::vector<perdure::workflow_handle<bool>> started;
   for (int n = 0; n < transfers; ++n) {
-    transfer_order t{name(pick(rng)), name(pick(rng)), amount(rng)};
+    bank::transfer_order t{name(pick(rng)), name(pick(rng)), amount(rng)};
     if (t.from == t.to)
       continue;
     started.push_back(rt.start_workflow<bool>("transfer", t,

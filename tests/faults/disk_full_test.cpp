@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "perdure/perdure.hpp"
+#include "support/small_disk.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -24,51 +25,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// A tmpfs of `megabytes` mounted on a fresh directory; unmounted after.
-class small_disk {
-public:
-  explicit small_disk(int megabytes) {
-    char tmpl[] = "/tmp/perdure-full.XXXXXX";
-    if (mkdtemp(tmpl) == nullptr)
-      return;
-    dir_ = tmpl;
-    auto opts = "size=" + std::to_string(megabytes) + "m";
-    mounted_ = ::mount("tmpfs", dir_.c_str(), "tmpfs", 0, opts.c_str()) == 0;
-  }
-
-  ~small_disk() {
-    if (mounted_)
-      ::umount2(dir_.c_str(), MNT_DETACH);
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  bool mounted() const {
-    return mounted_;
-  }
-
-  std::filesystem::path dir() const {
-    return dir_;
-  }
-
-  /// Fills the disk up with a file; returns its path.
-  std::filesystem::path fill() {
-    auto path = dir() / "filler";
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    std::string chunk(64 * 1024, 'x');
-    while (std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size()) {
-    }
-    std::string byte(1, 'x');
-    while (std::fwrite(byte.data(), 1, 1, f) == 1 && std::fflush(f) == 0) {
-    }
-    std::fclose(f);
-    return path;
-  }
-
-private:
-  std::string dir_;
-  bool mounted_ = false;
-};
+using test::small_disk;
 
 class disk_full_test : public ::testing::Test {
 protected:

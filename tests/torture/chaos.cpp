@@ -13,12 +13,14 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "support/pg_cluster.hpp"
+#include "support/small_disk.hpp"
 #include "support/test_support.hpp"
 #include "torture/effects.hpp"
 #include "torture/invariants.hpp"
@@ -220,7 +222,9 @@ private:
 };
 
 /// The fault kind a draw in [0, 100) picks (the weights of the schedule).
-std::string kind_of(std::uint64_t pick) {
+std::string kind_of(std::uint64_t pick, bool sqlite) {
+  if (sqlite)
+    return pick < 70 ? "sigkill" : "disk_full";
   if (pick < 34)
     return "sigkill";
   if (pick < 42)
@@ -258,11 +262,24 @@ int run_torture(const torture_options& opts) {
   ::setrlimit(RLIMIT_NOFILE, &files);
   std::filesystem::remove_all(opts.dir);
   std::filesystem::create_directories(opts.dir);
-  test::pg_cluster cluster;
-  tcp_relay relay{std::stoi(cluster.url().substr(cluster.url().rfind(':') + 1))};
-  auto direct_url = cluster.url();
-  auto relay_url = "postgresql://postgres@127.0.0.1:" + std::to_string(relay.port())
-                   + "/perdure_test";
+  std::optional<test::pg_cluster> cluster;
+  std::optional<tcp_relay> relay;
+  std::optional<test::small_disk> disk;
+  std::string direct_url, relay_url;
+  if (opts.sqlite) {
+    disk.emplace(256);
+    if (!disk->mounted())
+      throw std::runtime_error("cannot mount a tmpfs for the SQLite file "
+                               "(the torture run needs root)");
+    direct_url = relay_url = "sqlite://" + (disk->dir() / "torture.db").string();
+  } else {
+    cluster.emplace();
+    auto url = cluster->url();
+    relay.emplace(std::stoi(url.substr(url.rfind(':') + 1)));
+    direct_url = url;
+    relay_url = "postgresql://postgres@127.0.0.1:"
+                + std::to_string(relay->port()) + "/perdure_test";
+  }
   auto db = test::database::named(direct_url, "torture");
   {
     test::sql_client sql{db};
@@ -299,31 +316,36 @@ int run_torture(const torture_options& opts) {
                 .count();
     auto pick = below(100);
     if (!opts.only.empty()) // draw until the kind asked for comes up
-      while (kind_of(pick) != opts.only)
+      while (kind_of(pick, opts.sqlite) != opts.only)
         pick = below(100);
     auto slot = static_cast<int>(below(static_cast<std::uint64_t>(opts.runtimes)));
     std::string kind;
     try {
-      kind = kind_of(pick);
+      kind = kind_of(pick, opts.sqlite);
       if (kind == "sigkill") {
         procs.kill_runtime(slot, below(2) == 0);
       } else if (kind == "stall_past_lease") {
         procs.stall_runtime(slot, lease + std::chrono::milliseconds{
                                             1000 + below(1500)});
+      } else if (kind == "disk_full") {
+        // Full past the retry budget or not: writes wait, then work goes on.
+        auto filler = disk->fill();
+        std::this_thread::sleep_for(std::chrono::milliseconds{500 + below(5000)});
+        std::filesystem::remove(filler);
       } else if (kind == "pg_restart_immediate") {
-        cluster.restart("immediate");
+        cluster->restart("immediate");
       } else if (kind == "pg_down_past_budget") {
-        cluster.stop("immediate");
+        cluster->stop("immediate");
         std::this_thread::sleep_for(retry_budget
                                     + std::chrono::milliseconds{1000 + below(2000)});
-        cluster.start();
+        cluster->start();
       } else if (kind == "pg_terminate_backend") {
-        cluster.kill_backends();
+        cluster->kill_backends();
       } else if (kind == "connections_cut") {
-        relay.cut_all();
+        relay->cut_all();
       } else {
         auto d = std::chrono::milliseconds{500 + below(3000)};
-        relay.stall(d);
+        relay->stall(d);
         std::this_thread::sleep_for(d);
       }
     } catch (const std::exception& ex) {
@@ -331,7 +353,8 @@ int run_torture(const torture_options& opts) {
       // the server brought back if it is down.
       schedule << at << " " << kind << " failed: " << ex.what() << "\n";
       try {
-        cluster.start();
+        if (cluster)
+          cluster->start();
       } catch (const std::exception&) {
       }
       continue;
@@ -339,7 +362,8 @@ int run_torture(const torture_options& opts) {
     ++faults[kind];
     schedule << at << " " << kind << " rt" << slot << "\n";
     std::cerr << "torture: " << at << " s " << kind << " (rt" << slot
-              << "); " << relay.open_count() << " connections open"
+              << "); " << (relay ? relay->open_count() : 0)
+              << " connections open"
               << std::endl;
   }
   auto last_fault = std::chrono::steady_clock::now();
@@ -402,7 +426,9 @@ int run_torture(const torture_options& opts) {
   }
   json << "}, \"faults_total\": " << total_faults
        << ", \"runtime_exits_restarted\": " << procs.exits()
-       << ", \"connections_cut_by_relay\": " << relay.cut_count()
+       << ", \"store\": \"" << (opts.sqlite ? "sqlite" : "postgres")
+       << "\", \"connections_cut_by_relay\": "
+       << (relay ? relay->cut_count() : 0)
        << ", \"operations\": {";
   sep = "";
   for (auto& [k, n] : report.counts) {

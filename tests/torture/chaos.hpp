@@ -1,8 +1,9 @@
 #pragma once
 
 // The torture run's conductor: a PostgreSQL cluster of its own behind a TCP
-// relay, three runtimes and two clients as real processes, and faults on a
-// schedule drawn from a seed; when the faults stop it waits for all work to
+// relay, three runtimes and two clients as real processes (or one runtime
+// on an embedded SQLite file in a small disk), and faults on a schedule
+// drawn from a seed; when the faults stop it waits for all work to
 // end, checks the invariants and prints a JSON summary.
 
 #include <cstdint>
@@ -22,6 +23,9 @@ struct torture_options {
   int clients = 2;
   /// How long all work may take to end after the last fault.
   int settle_seconds = 180;
+  /// The embedded SQLite variant: one runtime and the clients on a file in
+  /// a small tmpfs; faults are SIGKILLs and a full disk.
+  bool sqlite = false;
   /// Only faults of this kind (for repeating one finding); empty: all.
   std::string only;
 };

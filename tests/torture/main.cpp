@@ -3,8 +3,11 @@
 // schedule drawn from a seed; then the invariants (see invariants.cpp).
 //
 //   perdure-torture [--seconds N | --minutes N] [--seed S] [--dir D]
+//                   [--only FAULT] [--sqlite]
 //
-// prints a JSON summary and exits 0 only with no violation. The same
+// prints a JSON summary and exits 0 only with no violation. --sqlite runs
+// one runtime and the clients on an embedded SQLite file in a small tmpfs,
+// with SIGKILLs and a full disk. The same
 // program is started again by the run as a runtime and as a client:
 //
 //   perdure-torture runtime <relay url> <direct url> <executor> <dir>
@@ -136,17 +139,21 @@ int main(int argc, char** argv) {
       opts.seconds = 60 * std::stoi(next());
     else if (a == "--seed")
       opts.seed = std::stoull(next());
+    else if (a == "--sqlite")
+      opts.sqlite = true;
     else if (a == "--only")
       opts.only = next();
     else if (a == "--dir")
       opts.dir = next();
     else {
       std::cerr << "usage: perdure-torture [--seconds N | --minutes N] "
-                   "[--seed S] [--dir D] [--only FAULT]\n";
+                   "[--seed S] [--dir D] [--only FAULT] [--sqlite]\n";
       return 2;
     }
   }
-  if (!test::pg_cluster::available()) {
+  if (opts.sqlite)
+    opts.runtimes = 1; // one runtime per SQLite file
+  if (!opts.sqlite && !test::pg_cluster::available()) {
     std::cerr << "the torture run needs PostgreSQL's binaries and the "
                  "postgres user (scripts/test installs them)\n";
     return 2;

@@ -82,6 +82,8 @@ void execution::run_steps(step_job j) {
     }
     j.rt->log().debug("perdure: run {} step {} runs at epoch {}",
                       j.proto.run_id, j.seq, j.fence.epoch);
+    if (auto& hooks = j.rt->cfg.testing; hooks && hooks->step_starting)
+      hooks->step_starting(j.proto.run_id, j.seq);
     auto out = j.body();
     if (out.result == persistence::outcome::failed && !j.last_attempt) {
       // Attempts left: the host schedules the retry.
@@ -461,6 +463,11 @@ void execution::on_durable(std::int32_t seq, std::int32_t ack, std::int32_t resu
   if (static_cast<persistence::outcome>(result) == persistence::outcome::cancelled
       && recording)
     return; // a wait's outcome is being recorded: it wins, live as on replay
+  if (auto& hooks = rt->cfg.testing;
+      hooks && hooks->checkpoint_committed
+      && static_cast<persistence::outcome>(result)
+           != persistence::outcome::cancelled)
+    hooks->checkpoint_committed(run_id_, seq);
   auto e = entry_for(seq);
   e.outcome = static_cast<persistence::outcome>(result);
   e.payload = std::move(payload);

@@ -8,6 +8,9 @@
 
 #include <cereal/archives/json.hpp>
 #include <cereal/archives/portable_binary.hpp>
+
+#include "perdure/persistence/detail/bounded_binary_archive.hpp"
+
 #include <cereal/types/array.hpp>
 #include <cereal/types/chrono.hpp>
 #include <cereal/types/map.hpp>
@@ -77,10 +80,9 @@ T decode(std::string_view bytes) {
   T result{};
   try {
     if (!bytes.empty() && bytes.front() == detail::binary_tag) {
-      std::istringstream in{std::string{bytes.substr(1)}};
-      cereal::PortableBinaryInputArchive archive{in};
+      detail::bounded_binary_input_archive archive{bytes.substr(1)};
       archive(result);
-      if (in.peek() != std::char_traits<char>::eof())
+      if (archive.remaining() != 0)
         throw std::runtime_error("trailing bytes");
     } else {
       std::istringstream in{std::string{bytes}};
