@@ -73,7 +73,7 @@ seen finish(runtime& rt, std::chrono::milliseconds timeout) {
   auto end = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     try {
-      auto slice = clock ? std::chrono::milliseconds{10} : timeout;
+      auto slice = clock ? std::chrono::milliseconds{2} : timeout;
       auto out = perdure::detail::await_run(impl, run_id, slice);
       if (out.status != run_status::pending
           && out.status != run_status::enqueued)
@@ -84,8 +84,8 @@ seen finish(runtime& rt, std::chrono::milliseconds timeout) {
     }
     if (std::chrono::steady_clock::now() >= end)
       return {};
-    if (clock)
-      clock->advance(std::chrono::hours{1});
+    if (clock) // a day's sleep in six slices
+      clock->advance(std::chrono::hours{4});
   }
 }
 
