@@ -78,3 +78,38 @@ TEST(codec, a_payload_of_another_type_is_a_decode_failed_error) {
     EXPECT_EQ(ex.code(), errc::decode_failed);
   }
 }
+
+namespace {
+
+/// A binary payload: the tag, cereal's byte-order byte, then `body`.
+std::string binary_payload(std::string body) {
+  return std::string{"\x01\x01", 2} + body;
+}
+
+} // namespace
+
+TEST(codec, a_length_beyond_the_payload_is_refused_before_allocating) {
+  // Found by the decoder fuzz test: a string "of 16 GiB" in 12 bytes made
+  // the decoder allocate and zero all of it.
+  std::string huge{"\x00\x00\x00\x00\x04\x00\x00\x00xx", 10};
+  try {
+    decode<std::string>(binary_payload(huge));
+    FAIL() << "decoded a 16 GiB string from 12 bytes";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::decode_failed);
+    EXPECT_NE(std::string{ex.what()}.find("bytes left"), std::string::npos)
+      << ex.what();
+  }
+}
+
+TEST(codec, a_bool_stored_as_another_byte_is_refused) {
+  // Found by the fuzz test under UBSan: reading 4 as a bool is undefined.
+  try {
+    decode<bool>(binary_payload(std::string{"\x04", 1}));
+    FAIL() << "decoded 4 as a bool";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::decode_failed);
+  }
+  EXPECT_TRUE(decode<bool>(encode(true, encoding::binary)));
+  EXPECT_FALSE(decode<bool>(encode(false, encoding::binary)));
+}

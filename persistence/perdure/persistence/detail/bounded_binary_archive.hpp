@@ -39,6 +39,8 @@ public:
 
   template <std::size_t DataSize>
   void load_binary(void* data, std::size_t size) {
+    if (size == 0)
+      return; // an empty container's data: maybe a null pointer
     if (size > remaining())
       throw cereal::Exception("wanted " + std::to_string(size)
                               + " bytes, the payload has "
@@ -62,6 +64,17 @@ template <class T>
 std::enable_if_t<std::is_arithmetic_v<T>>
 CEREAL_LOAD_FUNCTION_NAME(bounded_binary_input_archive& ar, T& t) {
   ar.template load_binary<sizeof(T)>(std::addressof(t), sizeof(t));
+}
+
+/// A bool is one byte, 0 or 1: any other value would be undefined
+/// behaviour to read as a bool.
+inline void CEREAL_LOAD_FUNCTION_NAME(bounded_binary_input_archive& ar,
+                                      bool& b) {
+  std::uint8_t byte = 0;
+  ar.template load_binary<1>(&byte, 1);
+  if (byte > 1)
+    throw cereal::Exception("a bool stored as " + std::to_string(byte));
+  b = byte == 1;
 }
 
 template <class T>
