@@ -975,7 +975,11 @@ void runtime_impl::check_lease() const {
 
 void runtime_impl::orphaned(const std::string& id, bool crashed) {
   std::lock_guard guard{active_mtx_};
-  if (!running_ || fenced_.count(id) > 0)
+  // With the lease lost, the recovery that regains it claims every run
+  // still ours: an orphan revived besides would claim it a second time,
+  // and two actors of one run would each run the step under way (found by
+  // the torture run: a queue item's body twice at once after a regain).
+  if (!running_ || lease_lost_ || fenced_.count(id) > 0)
     return;
   if (orphans_.empty() && !orphans_busy_)
     orphans_due_ = std::chrono::steady_clock::now()
