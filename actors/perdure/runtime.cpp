@@ -573,15 +573,33 @@ void runtime_impl::regain_lease() {
   });
 }
 
-bool runtime_impl::may_run_step(const std::string& id, std::int64_t epoch) {
+bool runtime_impl::may_run_step(const std::string& id, std::int64_t epoch,
+                                std::int32_t seq) {
+  auto step = id + ":" + std::to_string(seq);
   // Not renewed for most of the lease (the store away, or this process
   // stalled): others may declare it lapsed any moment, so wait.
-  while (!lease_->fresh(std::chrono::milliseconds{100})) {
-    std::lock_guard guard{active_mtx_};
-    if (!running_ || lease_lost_)
-      return false;
+  for (;;) {
+    if (!lease_->fresh(std::chrono::milliseconds{100})) {
+      std::lock_guard guard{active_mtx_};
+      if (!running_ || lease_lost_)
+        return false;
+      continue;
+    }
+    {
+      std::lock_guard guard{active_mtx_};
+      if (!owns_locked(id, epoch))
+        return false;
+      if (in_body_.insert(step).second)
+        return true;
+    }
+    // An older copy of this run is in a body: wait for it to return.
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
   }
-  return owns(id, epoch);
+}
+
+void runtime_impl::step_body_done(const std::string& id, std::int32_t seq) {
+  std::lock_guard guard{active_mtx_};
+  in_body_.erase(id + ":" + std::to_string(seq));
 }
 
 void runtime_impl::stop() {
@@ -1150,6 +1168,11 @@ void runtime_impl::fenced_from(const std::string& id, std::int64_t epoch) {
 
 bool runtime_impl::owns(const std::string& id, std::int64_t epoch) const {
   std::lock_guard guard{active_mtx_};
+  return owns_locked(id, epoch);
+}
+
+bool runtime_impl::owns_locked(const std::string& id,
+                               std::int64_t epoch) const {
   // A lost lease: others may be running every run of ours.
   auto i = active_.find(id);
   return !lease_lost_ && i != active_.end() && i->second.epoch == epoch

@@ -76,7 +76,7 @@ void execution::run_steps(step_job j) {
     // Right before the body: a process that lost the run to another one,
     // or is stopping (stop() empties the active runs), runs none of its
     // steps any more.
-    if (!j.rt->may_run_step(j.proto.run_id, j.fence.epoch)) {
+    if (!j.rt->may_run_step(j.proto.run_id, j.fence.epoch, j.seq)) {
       send_signal(j.me, run_signal::drop, j.seq);
       return;
     }
@@ -84,7 +84,8 @@ void execution::run_steps(step_job j) {
                       j.proto.run_id, j.seq, j.fence.epoch);
     if (auto& hooks = j.rt->cfg.testing; hooks && hooks->step_starting)
       hooks->step_starting(j.proto.run_id, j.seq);
-    auto out = j.body();
+    auto out = j.body(); // catches what the user's code throws
+    j.rt->step_body_done(j.proto.run_id, j.seq);
     if (out.result == persistence::outcome::failed && !j.last_attempt) {
       // Attempts left: the host schedules the retry.
       send_outcome(j.me, j.seq, out.result, std::move(out.payload),

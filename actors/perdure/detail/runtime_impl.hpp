@@ -266,11 +266,19 @@ public:
   /// a newer claim; false once stopping) and no other process took it.
   /// Checked right before a step body runs.
   bool owns(const std::string& id, std::int64_t epoch) const;
+  /// `owns`, under active_mtx_.
+  bool owns_locked(const std::string& id, std::int64_t epoch) const;
 
   /// `owns`, once the lease was renewed recently enough for this process
   /// to act as its holder (it waits while it was not: the store away, or
-  /// the process stalled). Called on a step thread right before the body.
-  bool may_run_step(const std::string& id, std::int64_t epoch);
+  /// the process stalled), and once no other copy of the run here is in a
+  /// step body. Called on a step thread right before the body; when it
+  /// returns true, `step_body_done` must follow the body.
+  bool may_run_step(const std::string& id, std::int64_t epoch,
+                    std::int32_t seq);
+
+  /// The body of step `seq` that `may_run_step` let run has returned.
+  void step_body_done(const std::string& id, std::int32_t seq);
 
   /// Throws `errc::fenced` if this runtime lost its executor lease (it
   /// stalled or was cut off past `lease_timeout`, and others took over)
@@ -402,6 +410,11 @@ private:
   /// one (a claim of our own at a newer epoch -- a recovery racing a
   /// takeover at start -- is the run's owner and runs).
   std::unordered_map<std::string, std::int64_t> fenced_;
+  /// Steps (`<run id>:<index>`) whose body is running here. Two claims of one run racing in
+  /// this process (a recovery on regaining the lease and a takeover, say)
+  /// spawn two copies; the older is dropped, but a body it began runs on:
+  /// the newer copy's waits for it instead of running alongside.
+  std::unordered_set<std::string> in_body_;
   /// Runs to revive (with whether their actor crashed), and when
   /// housekeeping may next try (steady clock).
   std::unordered_map<std::string, bool> orphans_;
