@@ -91,12 +91,16 @@ struct config {
   /// What `perdure::testing::check_crash_points` observes of a runtime:
   /// called after each checkpoint of a run committed (not on replay), and
   /// right before each step body runs, with the run's id and the
-  /// operation's journal index. Not for production use.
+  /// operation's journal index. `wait_checking` is called before a
+  /// waiting run reads the store for its delivery; a throw stands for a
+  /// store failure (tests/faults uses it). Not for production use.
   struct test_hooks {
     std::function<void(const std::string& run_id, std::int32_t seq)>
       checkpoint_committed;
     std::function<void(const std::string& run_id, std::int32_t seq)>
       step_starting;
+    std::function<void(const std::string& run_id, std::int32_t seq)>
+      wait_checking;
   };
   std::shared_ptr<const test_hooks> testing;
 

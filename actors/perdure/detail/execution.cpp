@@ -757,7 +757,7 @@ void execution::handle(run_message& message) {
                     std::move(m.error));
     }
     void operator()(wait_checked& m) {
-      st.on_found(m.seq, m.index.has_value(), m.index.value_or(-1), m.cursor,
+      st.on_found(m.seq, m.failed, m.index.has_value(), m.index.value_or(-1), m.cursor,
                   static_cast<std::int32_t>(m.result), std::move(m.payload),
                   std::move(m.error));
     }

@@ -319,9 +319,12 @@ private:
                         const wait_source& s, std::int64_t after,
                         wait_outcome& w);
 
-  void on_found(std::int32_t seq, bool found, std::int32_t index,
+  /// A wait's check came back; `failed`: the store could not be read.
+  void on_found(std::int32_t seq, bool failed, bool found, std::int32_t index,
                 std::int64_t cursor, std::int32_t result, std::string payload,
                 std::string error);
+  /// How soon a wait whose check failed reads the store again.
+  static constexpr std::int64_t wait_check_retry_ms = 250;
 
   /// A timer is due (`seq` of the operation), or something was delivered
   /// (`seq` -1).

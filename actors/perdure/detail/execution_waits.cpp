@@ -44,7 +44,10 @@ void execution::check_delivery() {
                      run = run_id_] {
     wait_outcome w;
     bool found = false;
+    bool failed = false;
     try {
+      if (auto& hooks = rt->cfg.testing; hooks && hooks->wait_checking)
+        hooks->wait_checking(run, seq);
       found = rt->stores->with([&](persistence::store& db) {
         for (std::size_t i = 0; i < sources.size(); ++i) {
           if (delivered(db, run, sources[i], after[i], w)) {
@@ -59,10 +62,13 @@ void execution::check_delivery() {
         found = true;
       }
     } catch (const std::exception& ex) {
-      rt->log().error("perdure: run {} could not check its wait: {}", run,
-                    ex.what());
+      rt->log().error("perdure: run {} could not check its wait ({}); it "
+                      "checks again",
+                      run, ex.what());
+      found = false;
+      failed = true;
     }
-    tell(me, wait_checked{seq,
+    tell(me, wait_checked{seq, failed,
                           found ? std::optional{w.index} : std::nullopt,
                           w.cursor, w.result, std::move(w.payload),
                           std::move(w.error)});
@@ -112,14 +118,23 @@ bool execution::delivered(persistence::store& db, const std::string& run,
   return false;
 }
 
-void execution::on_found(std::int32_t seq, bool found, std::int32_t index,
-              std::int64_t cursor, std::int32_t result, std::string payload,
-              std::string error) {
+void execution::on_found(std::int32_t seq, bool failed, bool found,
+              std::int32_t index, std::int64_t cursor, std::int32_t result,
+              std::string payload, std::string error) {
   if (seq == checking_seq)
     checking_seq = -1;
   if (!op || op->seq != seq || op->kind != persistence::entry_kind::await
       || passivating || recording)
     return;
+  if (failed) {
+    // Nothing is known, least of all that nothing was delivered: a run
+    // confirming its passivation must not leave on it (a delivery committed
+    // before its wake-up time, whose notice was lost, would never wake it).
+    // Look again soon; a confirmation stays pending until a read succeeds.
+    check_again = false;
+    rt->timers->schedule({now_ms() + wait_check_retry_ms, run_id_, seq});
+    return;
+  }
   if (!found && std::exchange(check_again, false)) {
     check_delivery(); // woken while this check was in flight
     return;

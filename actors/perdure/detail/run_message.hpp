@@ -71,6 +71,7 @@ struct checkpoint_committed {
 /// wait timed out), none if nothing has.
 struct wait_checked {
   std::int32_t seq;
+  bool failed; // the store could not be read: nothing is known
   std::optional<std::int32_t> index;
   std::int64_t cursor;
   persistence::outcome result;
