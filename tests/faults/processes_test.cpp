@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -292,4 +293,61 @@ TEST_F(processes_test, a_runtime_stopped_during_a_takeover_crashes_nothing) {
   EXPECT_EQ(sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
                        + " WHERE status = 'PENDING'"),
             std::to_string(rounds * runs));
+}
+
+// A process declared lapsed while no other one runs loses its lease, holds
+// it again at its next heartbeat, and recovers the runs nobody took over.
+// The bodies its dropped actors began run on: the recovered copies must
+// wait for them, not run the same step alongside (found by the torture run:
+// a queue item's body twice at once right after a lease regain, past its
+// partition's limit).
+TEST_F(processes_test, a_regained_lease_never_runs_a_step_twice_at_once) {
+  if (test::store_under_test() != "postgres")
+    GTEST_SKIP() << "SQLite serves one runtime per file";
+  auto cfg = db_.runtime_config("a");
+  cfg.lease_timeout = 2s;
+  runtime a{cfg};
+  std::map<std::string, int> inside;   // bodies of a run running now
+  std::map<std::string, int> most;     // the most at once
+  std::map<std::string, int> bodies;   // bodies begun
+  a.register_workflow("slow", [&](workflow_context& ctx) -> task<int> {
+    auto id = ctx.workflow_id();
+    auto body = [&, id] {
+      {
+        std::lock_guard guard{mtx_};
+        most[id] = std::max(most[id], ++inside[id]);
+        ++bodies[id];
+      }
+      std::this_thread::sleep_for(1500ms); // past the lapse and the regain
+      std::lock_guard guard{mtx_};
+      --inside[id];
+      return 1;
+    };
+    co_return co_await ctx.step("slow", body);
+  });
+  a.start();
+  constexpr int runs = 4;
+  for (int n = 0; n < runs; ++n)
+    a.start_workflow<int>("slow", {.id = "r" + std::to_string(n)});
+  ASSERT_TRUE(test::eventually([&] {
+    std::lock_guard guard{mtx_};
+    return bodies.size() == runs;
+  }, 10s));
+  // Declared lapsed by hand, as another process's heartbeat would; no
+  // process takes the runs over, so a recovers them when it holds its
+  // lease again.
+  test::sql_client sql{db_};
+  sql.exec("UPDATE " + sql.table("executors")
+           + " SET epoch = epoch + 1, state = 'lapsed' WHERE id = 'a'");
+  for (int n = 0; n < runs; ++n)
+    EXPECT_EQ(a.retrieve_workflow<int>("r" + std::to_string(n)).get(30s), 1);
+  std::lock_guard guard{mtx_};
+  for (auto& [id, n] : most)
+    EXPECT_EQ(n, 1) << "the step of " << id << " ran " << n
+                    << " times at once";
+  int again = 0;
+  for (auto& [id, n] : bodies)
+    again += n > 1;
+  EXPECT_GT(again, 0) << "no run was recovered while its body ran: the test "
+                         "proves little";
 }
