@@ -538,6 +538,8 @@ private:
     });
     if (got != id)
       log_.write({"DEDUPED", id, got});
+    else if (!opts.dedup_id.empty())
+      log_.write({"QUEUED", now(), id}); // queued by now: for check_dedup
   }
 
   client& c_;
