@@ -575,7 +575,9 @@ void runtime_impl::regain_lease() {
 
 bool runtime_impl::may_run_step(const std::string& id, std::int64_t epoch,
                                 std::int32_t seq) {
-  auto step = id + ":" + std::to_string(seq);
+  auto step = std::make_pair(id, seq);
+  auto waiting_since = std::chrono::steady_clock::now();
+  bool warned = false;
   // Not renewed for most of the lease (the store away, or this process
   // stalled): others may declare it lapsed any moment, so wait.
   for (;;) {
@@ -585,21 +587,29 @@ bool runtime_impl::may_run_step(const std::string& id, std::int64_t epoch,
         return false;
       continue;
     }
-    {
-      std::lock_guard guard{active_mtx_};
-      if (!owns_locked(id, epoch))
-        return false;
-      if (in_body_.insert(step).second)
-        return true;
+    std::unique_lock guard{active_mtx_};
+    if (!owns_locked(id, epoch))
+      return false;
+    if (in_body_.insert(step).second)
+      return true;
+    // An older copy of this run is in this step's body: wait for it.
+    body_done_.wait_for(guard, std::chrono::milliseconds{100});
+    if (!warned && std::chrono::steady_clock::now() - waiting_since
+                     > std::chrono::seconds{30}) {
+      warned = true;
+      log().warn("perdure: run {} step {} waits for its body an older copy "
+                 "began here to return (30 s so far): the body may hang",
+                 id, seq);
     }
-    // An older copy of this run is in a body: wait for it to return.
-    std::this_thread::sleep_for(std::chrono::milliseconds{1});
   }
 }
 
 void runtime_impl::step_body_done(const std::string& id, std::int32_t seq) {
-  std::lock_guard guard{active_mtx_};
-  in_body_.erase(id + ":" + std::to_string(seq));
+  {
+    std::lock_guard guard{active_mtx_};
+    in_body_.erase(std::make_pair(id, seq));
+  }
+  body_done_.notify_all();
 }
 
 void runtime_impl::stop() {
@@ -868,8 +878,12 @@ void runtime_impl::revive(const std::string& id, revival why) {
   bool count_attempt = why == revival::crashed;
   {
     std::lock_guard guard{active_mtx_};
+    // An orphan of ours is revived by housekeeping at a new epoch: a wake
+    // keeping its epoch could run alongside a body its last copy began.
     if (!running_ || lease_lost_ || active_.count(id) > 0
-        || fenced_.count(id) > 0 || !reviving_.insert(id).second)
+        || fenced_.count(id) > 0
+        || (why == revival::wake && orphans_.count(id) > 0)
+        || !reviving_.insert(id).second)
       return;
   }
   struct done_reviving {

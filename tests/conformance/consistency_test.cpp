@@ -203,6 +203,23 @@ TEST_F(store_test, waking_a_run_into_memory_keeps_its_epoch) {
     << "not its run";
 }
 
+TEST_F(store_test, a_wake_claims_only_a_passivated_run) {
+  // A run of ours in memory, or whose actor went without passivating (it
+  // crashed, a body of it may still be in flight), is no wake's to claim
+  // at its epoch: the body's checkpoint would commit, and the woken copy
+  // run the step again. It comes back at a new epoch, as an orphan.
+  store_->create_run(make_run("r"));
+  EXPECT_FALSE(store_->claim_run("r", "exec-a", wf_, false, false))
+    << "claimed at its epoch without having passivated";
+  ASSERT_TRUE(store_->set_wake_at({"exec-a", 1}, "r", 5000));
+  ASSERT_TRUE(store_->set_wake_at({"exec-a", 1}, "r", std::nullopt));
+  EXPECT_FALSE(store_->claim_run("r", "exec-a", wf_, false, false))
+    << "claimed at its epoch after it stayed awake";
+  auto orphan = store_->claim_run("r", "exec-a", wf_, false, true);
+  ASSERT_TRUE(orphan);
+  EXPECT_EQ(orphan->owner.epoch, 2);
+}
+
 TEST_F(store_test, a_row_perdure_cannot_have_written_comes_back_unreadable) {
   store_->create_run(make_run("r"));
   store_->write_batch({.appends = {append("r", 0, {"exec-a", 1})}});

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
+#include <variant>
 #include <random>
 #include <string>
 #include <thread>
@@ -168,4 +170,100 @@ TEST_F(fuzz_rows_test, random_notices_are_ignored) {
   rt.send("w", "go", 1);
   EXPECT_EQ(h.get(20s), 2);
   EXPECT_EQ(rt.call<int>("counter", "k", "add", 5), 5);
+}
+
+// Queue items whose scheduling columns another process wrote badly:
+// extreme priorities, partitions, delays, timeouts and attempt counts, junk
+// inputs. Each item ends, waits for its time, or fails with a reason; none
+// wedges the queue for the items enqueued after it.
+TEST_F(fuzz_rows_test, random_queue_columns_never_wedge_the_queue) {
+  constexpr int items = 40;
+  auto register_all = [](runtime& rt) {
+    rt.register_workflow("echo", [](workflow_context&, int n) -> task<int> {
+      co_return n;
+    });
+    queues::register_queue(rt, "q", {.concurrency = 4,
+                                     .partition_concurrency = 1});
+  };
+  {
+    client c{db_.runtime_config()};
+    for (int n = 0; n < items; ++n)
+      queues::enqueue<int>(c, "q", "echo", n,
+                           {.id = "i" + std::to_string(n),
+                            .partition_key = "p" + std::to_string(n % 3)});
+  }
+  std::mt19937_64 rng{seed_};
+  test::sql_client sql{db_};
+  auto extreme = [&]() -> sql_param {
+    static const std::int64_t values[] = {
+      std::numeric_limits<std::int64_t>::min(),
+      std::numeric_limits<std::int64_t>::max(), -1, 0, 1,
+      std::numeric_limits<std::int32_t>::max()};
+    switch (rng() % 4) {
+      case 0: return nullptr;
+      case 1: return static_cast<std::int64_t>(rng());
+      default: return values[rng() % 6];
+    }
+  };
+  static const char* columns[] = {"priority", "not_before", "timeout_ms",
+                                  "attempts", "deadline"};
+  for (int n = 0; n < items; ++n) {
+    auto id = "i" + std::to_string(n);
+    for (int k = 0; k < 2; ++k) {
+      std::string column = columns[rng() % 5];
+      auto value = extreme();
+      if (column == "priority" || column == "attempts") {
+        // NOT NULL INTEGER columns: within their type on PostgreSQL.
+        if (std::holds_alternative<std::nullptr_t>(value))
+          value = std::int64_t{0};
+        auto v = std::get<std::int64_t>(value);
+        value = static_cast<std::int64_t>(static_cast<std::int32_t>(v));
+      }
+      sql.exec("UPDATE " + sql.table("runs") + " SET " + column
+                 + " = $2 WHERE id = $1",
+               {id, value});
+    }
+    if (rng() % 4 == 0)
+      sql.exec("UPDATE " + sql.table("runs")
+                 + " SET partition_key = $2 WHERE id = $1",
+               {id, junk(rng, 20)});
+  }
+  runtime rt{db_.runtime_config()};
+  register_all(rt);
+  rt.start();
+  // The queue still serves: items enqueued now run, in every partition.
+  client c{db_.runtime_config()};
+  std::vector<workflow_handle<int>> fresh;
+  for (int n = 0; n < 6; ++n)
+    fresh.push_back(queues::enqueue<int>(
+      c, "q", "echo", 100 + n,
+      {.id = "fresh" + std::to_string(n),
+       .partition_key = "p" + std::to_string(n % 3)}));
+  for (int n = 0; n < 6; ++n)
+    EXPECT_EQ(fresh[n].get(30s), 100 + n) << "the queue is wedged";
+  // Every damaged item ends (with a reason if it failed) or is ENQUEUED
+  // for a time in the future.
+  std::vector<std::string> stuck;
+  auto settled = [&] {
+    stuck.clear();
+    auto now = test::wall_ms();
+    for (auto& row : sql.exec("SELECT id, status, not_before, error FROM "
+                              + sql.table("runs") + " WHERE id LIKE 'i%'")
+                       .rows) {
+      auto id = row[0].value_or("");
+      auto status = row[1].value_or("");
+      if (status == "SUCCESS")
+        continue;
+      if (status == "ENQUEUED" && row[2] && std::stoll(*row[2]) > now + 60'000)
+        continue; // waits for its time
+      if (status == "ENQUEUED" || status == "PENDING")
+        stuck.push_back(id + " " + status);
+      else if (!row[3] || row[3]->empty())
+        stuck.push_back(id + " ended " + status + " with no reason");
+    }
+    return stuck.empty();
+  };
+  EXPECT_TRUE(test::eventually(settled, 20s));
+  for (auto& s : stuck)
+    ADD_FAILURE() << s;
 }

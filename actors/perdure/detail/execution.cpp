@@ -82,10 +82,17 @@ void execution::run_steps(step_job j) {
     }
     j.rt->log().debug("perdure: run {} step {} runs at epoch {}",
                       j.proto.run_id, j.seq, j.fence.epoch);
-    if (auto& hooks = j.rt->cfg.testing; hooks && hooks->step_starting)
-      hooks->step_starting(j.proto.run_id, j.seq);
-    auto out = j.body(); // catches what the user's code throws
-    j.rt->step_body_done(j.proto.run_id, j.seq);
+    step_outcome out;
+    {
+      // Whatever leaves the body, a newer copy waiting for it goes on.
+      struct body_done {
+        step_job& j;
+        ~body_done() { j.rt->step_body_done(j.proto.run_id, j.seq); }
+      } done{j};
+      if (auto& hooks = j.rt->cfg.testing; hooks && hooks->step_starting)
+        hooks->step_starting(j.proto.run_id, j.seq);
+      out = j.body(); // catches what the user's code throws
+    }
     if (out.result == persistence::outcome::failed && !j.last_attempt) {
       // Attempts left: the host schedules the retry.
       send_outcome(j.me, j.seq, out.result, std::move(out.payload),

@@ -169,13 +169,14 @@ void execution::start_child() {
     create_child_run(
       *rt, me, seq, fence, std::move(child),
       [rt, undo](persistence::run_record& created) {
-        if (undo)
-          rt->revive(created.id); // with the journal it was given
+        if (undo) // with the journal it was given; no actor yet
+          rt->revive(created.id, runtime_impl::revival::lost);
         else
           rt->spawn_run(std::move(created), {});
       },
       [rt](const persistence::run_record& again) {
-        rt->revive(again.id); // ours from before a crash: make sure it runs
+        // Ours from before a crash: make sure it runs (at a new epoch).
+        rt->revive(again.id, runtime_impl::revival::lost);
       });
   });
 }

@@ -225,6 +225,9 @@ public:
     /// it exists, so it keeps its epoch -- and a takeover or adoption
     /// bringing it in here at that epoch meanwhile is not fenced by this
     /// claim (two actors of one run would each run the step under way).
+    /// The store claims it only while its wake-up time is written (it
+    /// passivated); a run whose actor went otherwise is an orphan, revived
+    /// at a new epoch.
     wake,
     /// Its actor was lost (a checkpoint failed past the retry budget, a
     /// claim whose reply was lost): a new epoch fences what it may still
@@ -414,7 +417,14 @@ private:
   /// this process (a recovery on regaining the lease and a takeover, say)
   /// spawn two copies; the older is dropped, but a body it began runs on:
   /// the newer copy's waits for it instead of running alongside.
-  std::unordered_set<std::string> in_body_;
+  struct step_hash {
+    std::size_t operator()(const std::pair<std::string, std::int32_t>& s) const {
+      return std::hash<std::string>{}(s.first) ^ static_cast<std::size_t>(s.second);
+    }
+  };
+  std::unordered_set<std::pair<std::string, std::int32_t>, step_hash> in_body_;
+  /// Notified when a step body returns (under active_mtx_).
+  std::condition_variable body_done_;
   /// Runs to revive (with whether their actor crashed), and when
   /// housekeeping may next try (steady clock).
   std::unordered_map<std::string, bool> orphans_;

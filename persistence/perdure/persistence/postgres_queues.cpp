@@ -23,6 +23,10 @@ namespace {
 constexpr const char* db_clock_ms
   = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
+/// A timeout or delay past which it means "never" (10 000 years, as the
+/// queues library clamps them; a start time plus it fits in 64 bits).
+constexpr const char* never_ms = "315360000000000";
+
 std::optional<std::int64_t> widen(const std::optional<std::int32_t>& x) {
   if (!x)
     return std::nullopt;
@@ -143,15 +147,18 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
   detail::pg_array names;
   for (auto& n : req.filter.names)
     names.add(n);
-  // What a claim sets: a timeout counts from the item's start.
+  // What a claim sets: a timeout counts from the item's start. A row
+  // whose counts are out of bounds (another process wrote them) must not
+  // fail the claim of the whole queue: the arithmetic saturates.
   auto claim_set = [&](const std::string& r, const std::string& me,
                        const std::string& now) {
     return "status = 'PENDING', executor = " + me + ", epoch = " + r
-           + "epoch + 1, started_at = " + db_clock_ms + ", attempts = " + r
-           + "attempts + 1, wake_at = NULL, not_before = NULL, deadline = "
-             "CASE WHEN "
+           + "epoch + 1, started_at = " + db_clock_ms + ", attempts = LEAST("
+           + r + "attempts, 2147483646) + 1, wake_at = NULL, not_before = "
+             "NULL, deadline = CASE WHEN "
            + r + "timeout_ms IS NULL THEN " + r + "deadline ELSE " + now
-           + " + " + r + "timeout_ms END, updated_at = " + now;
+           + " + LEAST(" + r + "timeout_ms, " + never_ms + ") END, updated_at = "
+           + now;
   };
   // Items this process can run (its workflows, its app version).
   auto runnable = [](const std::string& names, const std::string& version) {

@@ -610,7 +610,7 @@ void postgres_store::connect() {
              "UPDATE " + s
                + "runs SET epoch = epoch + $7, wake_at = NULL, recovery_attempts "
                  "= recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
-                 "status = 'PENDING' AND "
+                 "status = 'PENDING' AND ($7 = 1 OR wake_at IS NOT NULL) AND "
                + claimable("$4", "$5") + " AND " + holds_lease(s, "$2", "$6")
                + " RETURNING " + run_columns);
   prepare_executors(*c, s);

@@ -203,9 +203,12 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
       prepare(std::string{"UPDATE runs SET status = 'PENDING', executor = "
                           "?2, epoch = epoch + 1, started_at = "}
               + db_clock_ms
-              + ", attempts = attempts + 1, wake_at = NULL, not_before = "
-                "NULL, deadline = CASE WHEN timeout_ms IS NULL THEN deadline "
-                "ELSE ?3 + timeout_ms END, updated_at = ?3 WHERE id = ?1 AND "
+              // Saturating, as PostgreSQL's claim: counts out of bounds
+              // (another process wrote them) turn into no REAL values.
+              + ", attempts = MIN(attempts, 2147483646) + 1, wake_at = NULL, "
+                "not_before = NULL, deadline = CASE WHEN timeout_ms IS NULL "
+                "THEN deadline ELSE ?3 + MIN(timeout_ms, 315360000000000) END, "
+                "updated_at = ?3 WHERE id = ?1 AND "
                 "status = 'ENQUEUED'")
         .bind(1, choice.ids[i])
         .bind(2, req.executor)

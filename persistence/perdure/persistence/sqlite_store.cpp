@@ -376,10 +376,11 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
                                                   bool count_attempt,
                                                   bool new_epoch) {
   return in_transaction([&]() -> std::optional<run_record> {
+    // Keeping its epoch, only a passivated run (its wake-up time written).
     auto& sel = prepare("SELECT name, app_version FROM runs WHERE id = ?1 AND "
                         "executor = ?2 AND status = 'PENDING' AND object_type "
-                        "IS NULL");
-    sel.bind(1, id).bind(2, executor);
+                        "IS NULL AND (?3 = 1 OR wake_at IS NOT NULL)");
+    sel.bind(1, id).bind(2, executor).bind(3, std::int64_t{new_epoch ? 1 : 0});
     auto ok = sel.step() && filter.admits(sel.text(0), sel.text(1));
     sel.reset();
     if (!ok)
