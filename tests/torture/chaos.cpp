@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
+
+#include <csignal>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -253,7 +255,22 @@ std::int64_t unfinished(const test::database& db) {
 
 } // namespace
 
+namespace {
+
+/// Set by SIGINT or SIGTERM: the faults stop early, and the run ends as it
+/// would (clients finish, work settles, invariants are checked), leaving
+/// no server or process of its own behind.
+volatile std::sig_atomic_t interrupted = 0;
+
+void interrupt(int) {
+  interrupted = 1;
+}
+
+} // namespace
+
 int run_torture(const torture_options& opts) {
+  ::signal(SIGINT, interrupt);
+  ::signal(SIGTERM, interrupt);
   // Every connection of five processes passes through the relay (two
   // descriptors each): more than the default 1024 at the peaks.
   rlimit files{};
@@ -310,7 +327,7 @@ int run_torture(const torture_options& opts) {
   std::ostringstream schedule;
   auto t0 = std::chrono::steady_clock::now();
   auto end = t0 + std::chrono::seconds{opts.seconds};
-  while (std::chrono::steady_clock::now() < end) {
+  while (std::chrono::steady_clock::now() < end && !interrupted) {
     std::this_thread::sleep_for(std::chrono::milliseconds{800 + below(2400)});
     auto at = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
                 .count();
@@ -367,8 +384,8 @@ int run_torture(const torture_options& opts) {
               << std::endl;
   }
   auto last_fault = std::chrono::steady_clock::now();
-  std::cerr << "torture: faults stopped; letting the clients finish"
-            << std::endl;
+  std::cerr << "torture: faults stopped" << (interrupted ? " (interrupted)" : "")
+            << "; letting the clients finish" << std::endl;
 
   std::vector<std::string> violations;
   if (!procs.stop_clients(300s))
