@@ -109,7 +109,7 @@ std::string client::invoke(std::string_view type, std::string_view key,
       check_same_call(stored.run, run);
     try {
       rt.stores->with([&](persistence::store& db) {
-        db.notify("o:" + run.object_type + '\x1f' + run.object_key);
+        db.notify(persistence::notice::calls(run.object_type, run.object_key));
       });
     } catch (const std::exception& ex) {
       // Stored anyway: runtimes claim keys with waiting invocations.

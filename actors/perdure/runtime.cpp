@@ -6,11 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <future>
-#include <random>
 #include <thread>
 
 #include "perdure/detail/awaiters.hpp"
@@ -24,44 +20,6 @@ namespace perdure {
 
 namespace {
 
-/// Longest workflow name or id accepted.
-constexpr std::size_t max_name_length = 255;
-
-} // namespace
-
-
-void detail::check_name(std::string_view what, std::string_view name) {
-  if (!persistence::is_valid_name(name, max_name_length))
-    throw error(errc::invalid_argument,
-                std::string{what} + " must be 1 to "
-                  + std::to_string(max_name_length)
-                  + " bytes of UTF-8 without NUL (got "
-                  + std::to_string(name.size()) + " bytes)");
-}
-
-void detail::check_key(std::string_view what, std::string_view name) {
-  check_name(what, name);
-  if (!persistence::is_valid_key(name, max_name_length))
-    throw error(errc::invalid_argument,
-                std::string{what}
-                  + " must not contain the control characters 0x1E or 0x1F "
-                    "(Perdure's separators of types, keys and idempotency "
-                    "keys)");
-}
-
-namespace {
-
-/// Returns now + `timeout` on the steady clock, saturated (a timeout of
-/// `milliseconds::max()` means never).
-std::chrono::steady_clock::time_point
-saturating_deadline(std::chrono::milliseconds timeout) {
-  using clock = std::chrono::steady_clock;
-  auto now = clock::now();
-  auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
-    clock::time_point::max() - now);
-  return timeout >= room ? clock::time_point::max() : now + timeout;
-}
-
 /// Returns how often a runtime renews its lease: a quarter of its timeout,
 /// at most every 250 ms (a dead holder is declared lapsed after missing a
 /// second of them, so this bounds how soon its runs are taken over).
@@ -71,24 +29,6 @@ std::chrono::milliseconds heartbeat_interval(const config& cfg) {
 }
 
 } // namespace
-
-/// Returns a fresh run id: 12 hex digits of milliseconds since the epoch,
-/// then 20 random ones. Time-ordered ids land next to each other in the
-/// journal's primary key, which keeps index inserts cheap.
-std::string detail::random_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string id(32, '0');
-  auto time = static_cast<std::uint64_t>(detail::now_ms());
-  auto a = rng(), b = rng();
-  for (int i = 0; i < 12; ++i)
-    id[i] = digits[(time >> ((11 - i) * 4)) & 0xf];
-  for (int i = 0; i < 16; ++i)
-    id[12 + i] = digits[(a >> (i * 4)) & 0xf];
-  for (int i = 0; i < 4; ++i)
-    id[28 + i] = digits[(b >> (i * 4)) & 0xf];
-  return id;
-}
 
 // -- runtime_impl ---------------------------------------------------------------
 
@@ -106,19 +46,6 @@ void forget_caf_logger() {
 
 namespace detail {
 
-namespace {
-
-/// Returns `<host>-<pid>-<random>`: the default executor id, new for every
-/// process (see `config::executor_id`).
-std::string process_executor_id() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
-    std::snprintf(host, sizeof host, "host");
-  return std::string{host} + "-" + std::to_string(::getpid()) + "-"
-         + random_id().substr(20);
-}
-
-} // namespace
 
 runtime_impl::runtime_impl(config c, bool client)
   : cfg(std::move(c)), client_mode(client),
@@ -153,27 +80,16 @@ bool runtime_impl::running() const {
   return running_;
 }
 
-runtime_impl::client_call::client_call(runtime_impl& rt) : rt_(rt) {
-  std::lock_guard guard{rt_.active_mtx_};
-  if (!rt_.running_)
-    throw perdure::error(errc::not_running,
-                         "start() the runtime before starting work");
-  ++rt_.client_calls_;
-}
-
-runtime_impl::client_call::~client_call() {
-  std::lock_guard guard{rt_.active_mtx_};
-  if (--rt_.client_calls_ == 0)
-    rt_.clients_done_.notify_all();
-}
-
 void runtime_impl::start_client() {
   auto opts = store_options();
   control_ = persistence::open_store(opts);
   control_->migrate();
   stores = std::make_unique<store_pool>(opts, cfg.pooled_connections);
-  std::lock_guard guard{active_mtx_};
-  running_ = true;
+  {
+    std::lock_guard guard{active_mtx_};
+    running_ = true;
+  }
+  gate_.open();
 }
 
 void runtime_impl::start() {
@@ -255,11 +171,10 @@ void runtime_impl::start() {
     start_holding_lease(opts);
   } catch (...) {
     {
-      // Application threads may be in calls already (running_ was set).
-      std::unique_lock guard{active_mtx_};
+      std::lock_guard guard{active_mtx_};
       running_ = false;
-      clients_done_.wait(guard, [this] { return client_calls_ == 0; });
     }
+    gate_.close_and_wait(); // application threads may be in calls already
     shut_down(); // gives the lease up again
     throw;
   }
@@ -302,10 +217,11 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     std::lock_guard guard{active_mtx_};
     running_ = true;
   }
+  gate_.open();
   // Listening before any run looks at the store: a delivery committed
   // after a run's look is then heard of.
   listener = persistence::listen_for_deliveries(
-    opts, [this](const std::string& notice) { on_notice(notice); });
+    opts, [this](const persistence::notice& n) { on_notice(n); });
   recover();
   objects->recover(true);
   if (queues) // after recovery: what it claims is not this process's yet
@@ -314,55 +230,54 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
                                           [this] { housekeeping(); });
 }
 
-void runtime_impl::on_notice(const std::string& notice) {
+void runtime_impl::on_notice(const persistence::notice& n) {
+  using kind = persistence::notice::kind;
   std::lock_guard guard{active_mtx_};
   if (!running_)
     return; // stop() lets the executors go only after clearing running_
-  using persistence::delivery_listener;
-  if (notice == delivery_listener::sweep_notice) {
-    control->post([this] { sweep(); });
-  } else if (notice == delivery_listener::missed_notices) {
-    // Runs in memory may have missed theirs too: each looks again; so do
-    // the keys held here (calls from other processes).
-    for (auto& [id, a] : active_)
-      signal_run(a.actor, a.exec, run_signal::wake, -1);
-    control->post([this] { sweep(); });
-    take_over_locked(std::nullopt);
-  } else if (notice.size() > 2 && notice[0] == 'w') {
-    auto id = notice.substr(2);
-    auto i = active_.find(id);
-    if (i != active_.end()) {
-      ++i->second.wakes;
-      signal_run(i->second.actor, i->second.exec, run_signal::wake, -1);
-    } else {
-      control->post([this, id = std::move(id)] { revive(id); });
-    }
-  } else if (notice.size() > 2 && notice[0] == 'c') {
-    control->post([this, id = notice.substr(2)] { cancelled(id); });
-  } else if (notice.size() > 2 && notice[0] == 'k') {
-    // k:<id>: saga <id> was asked to cancel.
-    control->post([this, id = notice.substr(2)] { cancel_signalled(id); });
-  } else if (notice.size() > 2 && notice[0] == 'q') {
-    // q:<queue>: items were enqueued (or came back) there.
-    if (queues)
-      queues->notice(notice.substr(2));
-  } else if (notice.size() > 2 && notice[0] == 'x') {
-    // x:<executor>: it lapsed or stopped; its runs are up for takeover.
-    take_over_locked(std::nullopt);
-  } else if (notice.size() > 2 && notice[0] == 'n') {
-    // n:<id>: a client started run <id>; whoever can run it adopts it.
-    take_over_locked(notice.substr(2));
-  } else if (notice.size() > 2 && notice[0] == 'o') {
-    // o:<type>\x1f<key>: invocations were stored for that key.
-    auto sep = notice.find('\x1f', 2);
-    if (sep == std::string::npos)
-      return;
-    auto type = notice.substr(2, sep - 2);
-    if (object_types.count(type) == 0)
-      return;
-    control->post([this, type = std::move(type), key = notice.substr(sep + 1)] {
-      objects->reach(type, key, false);
-    });
+  switch (n.what) {
+    case kind::sweep_due:
+      control->post([this] { sweep(); });
+      break;
+    case kind::missed:
+      // Runs in memory may have missed theirs too: each looks again; so do
+      // the keys held here (calls from other processes).
+      for (auto& [id, a] : active_)
+        signal_run(a.actor, a.exec, run_signal::wake, -1);
+      control->post([this] { sweep(); });
+      take_over_locked(std::nullopt);
+      break;
+    case kind::run_woken:
+      if (auto i = active_.find(n.id); i != active_.end()) {
+        ++i->second.wakes;
+        signal_run(i->second.actor, i->second.exec, run_signal::wake, -1);
+      } else {
+        control->post([this, id = n.id] { revive(id); });
+      }
+      break;
+    case kind::run_cancelled:
+      control->post([this, id = n.id] { cancelled(id); });
+      break;
+    case kind::saga_cancelling:
+      control->post([this, id = n.id] { cancel_signalled(id); });
+      break;
+    case kind::queue_has_items:
+      if (queues)
+        queues->notice(n.id);
+      break;
+    case kind::executor_gone:
+      take_over_locked(std::nullopt);
+      break;
+    case kind::run_created:
+      take_over_locked(n.id); // whoever can run it adopts it
+      break;
+    case kind::object_has_calls:
+      if (object_types.count(n.id) == 0)
+        return;
+      control->post([this, type = n.id, key = n.key] {
+        objects->reach(type, key, false);
+      });
+      break;
   }
 }
 
@@ -372,7 +287,7 @@ void runtime_impl::recover() {
   auto released = with_control([&](persistence::store& db) {
     auto n = db.release_unclaimable(cfg.executor_id, filter_);
     if (n > 0)
-      db.notify("x:" + cfg.executor_id);
+      db.notify(persistence::notice::gone(cfg.executor_id));
     return n;
   });
   if (released > 0)
@@ -620,12 +535,12 @@ void runtime_impl::stop() {
                          "wait for: stop the runtime from an application "
                          "thread, e.g. one the step signals");
   {
-    std::unique_lock guard{active_mtx_};
+    std::lock_guard guard{active_mtx_};
     if (!running_)
       return;
     running_ = false;
-    clients_done_.wait(guard, [this] { return client_calls_ == 0; });
   }
+  gate_.close_and_wait();
   {
     // Joined outside the lock: a callback may call when_done (which
     // throws not_running now) or wait for a run whose end takes it.
@@ -695,16 +610,14 @@ void runtime_impl::shut_down() {
   control_.reset();
 }
 
-void runtime_impl::announce(char kind, const std::string& id) {
-  if (is_active(id))
+void runtime_impl::announce(const persistence::notice& n) {
+  if (is_active(n.id))
     return;
   try {
-    stores->with([&](persistence::store& db) {
-      db.notify(std::string{kind} + ":" + id);
-    });
+    stores->with([&](persistence::store& db) { db.notify(n); });
   } catch (const std::exception& ex) {
     // Stored anyway: the owner's sweep finds it.
-    log().warn("perdure: could not announce a delivery to run {}: {}", id,
+    log().warn("perdure: could not announce a delivery to run {}: {}", n.id,
                  ex.what());
   }
 }
@@ -756,7 +669,7 @@ void runtime_impl::tell_parent(const std::string& id) {
     [&](persistence::store& db) { return db.get_run(id); });
   if (run && run->parent_id) {
     wake(*run->parent_id, -1);
-    announce('w', *run->parent_id);
+    announce(persistence::notice::woken(*run->parent_id));
   }
 }
 
@@ -805,7 +718,8 @@ bool runtime_impl::signal_cancel_locked(const std::string& id) {
 void runtime_impl::apply_cancel(
   const std::vector<persistence::cancelled_run>& runs) {
   for (auto& c : runs) {
-    announce(c.signalled ? 'k' : 'c', c.id);
+    announce(c.signalled ? persistence::notice::saga_cancel(c.id)
+                         : persistence::notice::cancelled(c.id));
     if (c.signalled)
       cancel_signalled(c.id);
     else
@@ -1218,11 +1132,6 @@ void runtime_impl::on_end(const std::string& id, std::function<void()> done) {
   callbacks_->add(id, std::move(done));
 }
 
-void on_run_end(runtime_impl& rt, const std::string& id,
-                std::function<void()> done) {
-  rt.on_end(id, std::move(done));
-}
-
 void runtime_impl::tell_watchers(const std::string& id,
                                  std::optional<run_outcome> outcome) {
   if (outcome) {
@@ -1271,184 +1180,7 @@ runtime_impl::wait_ended(const std::string& id,
 
 // -- handle support -------------------------------------------------------------
 
-namespace {
-
-std::optional<run_outcome> stored_outcome(runtime_impl& rt,
-                                          const std::string& id) {
-  auto run = rt.with_control(
-    [&](persistence::store& db) { return db.get_run(id); });
-  if (!run)
-    throw error(errc::not_found, "no workflow run with id '" + id + "'");
-  if (!is_terminal(run->status))
-    return std::nullopt;
-  return run_outcome{run->status, std::move(run->output),
-                     std::move(run->error)};
-}
-
-} // namespace
-
-run_outcome await_run(runtime_impl& rt, const std::string& id,
-                      std::chrono::milliseconds timeout) {
-  if (!rt.running())
-    throw error(errc::not_running, "the runtime is not running");
-  using clock = std::chrono::steady_clock;
-  auto deadline = saturating_deadline(timeout);
-  rt.watch(id);
-  struct unwatch_guard {
-    runtime_impl& rt;
-    const std::string& id;
-    ~unwatch_guard() {
-      rt.unwatch(id);
-    }
-  } guard{rt, id};
-  for (bool waited_long = false;; ) {
-    // Watch first, then read: an end committed in between is never missed.
-    // A run this runtime is running reports its end, or its actor's stop
-    // (e.g. fenced), to the watch: no read, no polling at poll_interval
-    // (with hundreds of waiters, those reads and wake-ups cost more CPU
-    // than the runs). Any other run may end elsewhere: poll the store. A
-    // long wait that saw nothing reads too, should an end go unreported.
-    auto stops = rt.stops(id);
-    bool here = rt.is_active(id);
-    if (!here || waited_long)
-      if (auto outcome = stored_outcome(rt, id))
-        return *outcome;
-    auto now = clock::now();
-    if (now >= deadline)
-      throw error(errc::timeout,
-                  "workflow '" + id + "' still running after the timeout");
-    auto poll = here ? std::max<clock::duration>(rt.cfg.poll_interval,
-                                                 std::chrono::seconds{1})
-                     : clock::duration{rt.cfg.poll_interval};
-    auto wait = std::min<clock::duration>(poll, deadline - now);
-    if (auto outcome = rt.wait_ended(
-          id, std::chrono::ceil<std::chrono::milliseconds>(wait), stops))
-      return *outcome;
-    waited_long = here && rt.stops(id) == stops;
-  }
-}
-
-run_status status_of(runtime_impl& rt, const std::string& id) {
-  if (!rt.running())
-    throw error(errc::not_running, "the runtime is not running");
-  auto run = rt.with_control(
-    [&](persistence::store& db) { return db.get_run(id); });
-  if (!run)
-    throw error(errc::not_found, "no workflow run with id '" + id + "'");
-  if (run->status == run_status::pending
-      && run->saga_phase == persistence::saga_phase::compensating)
-    return run_status::compensating;
-  return run->status;
-}
-
-void cancel_run(runtime_impl& rt, const std::string& id) {
-  runtime_impl::client_call call{rt};
-  auto cancelled = rt.stores->with([&](persistence::store& db) {
-    return db.cancel_run(id, rt.clock->now_ms());
-  });
-  if (cancelled.empty()) {
-    auto run = rt.stores->with(
-      [&](persistence::store& db) { return db.get_run(id); });
-    if (!run)
-      throw error(errc::not_found, "no workflow run with id '" + id + "'");
-    // Ended already -- or cancelled by this very call, whose commit reply
-    // was lost and whose retry found it CANCELLED (M5): telling its actor
-    // and its parent again is harmless, and without it the actor ran on
-    // until its next write was refused. (Its cancelled descendants are
-    // refused at their next write as before.)
-    if (run->status == run_status::cancelled) {
-      rt.apply_cancel({{id, false}});
-      rt.tell_parent(id);
-    }
-    return;
-  }
-  rt.apply_cancel(cancelled);
-  rt.tell_parent(id);
-}
-
-void throw_run_failure(const std::string& id, const run_outcome& outcome) {
-  auto reason = outcome.error.value_or("no reason recorded");
-  switch (outcome.status) {
-    case run_status::cancelled:
-      throw error(errc::workflow_cancelled,
-                  "workflow '" + id + "' was cancelled: " + reason);
-    case run_status::retries_exceeded:
-      throw error(errc::retries_exceeded,
-                  "workflow '" + id + "' exceeded its recovery attempts: "
-                    + reason);
-    case run_status::compensated:
-      throw error(errc::compensated,
-                  "saga '" + id + "' was compensated: " + reason);
-    case run_status::compensation_failed:
-      throw error(errc::compensation_failed,
-                  "saga '" + id + "' could not undo everything: " + reason);
-    case run_status::dead_letter:
-      throw error(errc::dead_letter,
-                  "queue item '" + id + "' was dead-lettered: " + reason);
-    default:
-      throw error(errc::workflow_failed,
-                  "workflow '" + id + "' failed: " + reason);
-  }
-}
-
 } // namespace detail
-
-// -- client ---------------------------------------------------------------------
-
-client::client(config cfg)
-  : impl_(std::make_shared<detail::runtime_impl>(std::move(cfg), true)) {
-  impl_->start();
-}
-
-client::client(runtime_mode, config cfg)
-  : impl_(std::make_shared<detail::runtime_impl>(std::move(cfg), false)) {
-}
-
-client::~client() {
-  try {
-    impl_->stop();
-  } catch (const std::exception& ex) {
-    impl_->log().error("perdure: {}", ex.what());
-  }
-}
-
-const config& client::cfg() const noexcept {
-  return impl_->cfg;
-}
-
-run_page client::list_runs(const run_filter& filter) {
-  detail::runtime_impl::client_call call{*impl_};
-  return impl_->stores->with(
-    [&](persistence::store& db) { return db.list_runs(filter); });
-}
-
-std::vector<step_record> client::history(const std::string& id) {
-  detail::runtime_impl::client_call call{*impl_};
-  auto [run, journal] = impl_->stores->with([&](persistence::store& db) {
-    return std::make_pair(db.get_run(id), db.load_journals({id}));
-  });
-  if (!run)
-    throw error(errc::not_found, "no workflow run with id '" + id + "'");
-  std::vector<step_record> steps;
-  for (auto& e : journal) {
-    step_record s;
-    s.seq = e.seq;
-    s.kind = persistence::to_string(e.kind);
-    s.name = std::move(e.name);
-    switch (e.outcome) {
-      case persistence::outcome::value: s.outcome = "value"; break;
-      case persistence::outcome::failed: s.outcome = "failed"; break;
-      case persistence::outcome::terminal: s.outcome = "terminal"; break;
-      default: s.outcome = "unreadable"; break;
-    }
-    s.payload = std::move(e.payload);
-    s.error = std::move(e.error);
-    s.at = std::chrono::system_clock::time_point{
-      std::chrono::milliseconds{e.created_at_ms}};
-    steps.push_back(std::move(s));
-  }
-  return steps;
-}
 
 // -- runtime --------------------------------------------------------------------
 
@@ -1484,239 +1216,6 @@ void runtime::stop() {
 
 std::int64_t runtime::left_pending() const {
   return impl_->left_pending();
-}
-
-namespace {
-
-/// Throws unless `existing`, found under the id of `run`, is the same start
-/// (same workflow, same inputs): a start with a taken id returns that run.
-void check_same_start(const persistence::run_record& existing,
-                      const persistence::run_record& run) {
-  if (existing.name != run.name)
-    throw error(errc::conflicting_id,
-                "workflow id '" + run.id + "' already names a run of '"
-                  + existing.name + "'");
-  if (existing.inputs != run.inputs)
-    throw error(errc::conflicting_id,
-                "workflow id '" + run.id
-                  + "' already names a run with other inputs");
-}
-
-/// Starts `run` from a client: stored unowned, then announced, so that a
-/// runtime that registered its workflow adopts it.
-void start_unowned(detail::runtime_impl& rt, persistence::run_record run) {
-  run.owner = {persistence::unowned_executor, 0};
-  auto result = rt.stores->with(
-    [&](persistence::store& db) { return db.create_run(run); });
-  if (!result.created) {
-    check_same_start(result.run, run);
-    return;
-  }
-  try {
-    rt.stores->with(
-      [&](persistence::store& db) { db.notify("n:" + run.id); });
-  } catch (const std::exception& ex) {
-    // Stored anyway: runtimes find unowned runs every few seconds.
-    rt.log().warn("perdure: could not announce run {}: {}", run.id, ex.what());
-  }
-}
-
-} // namespace
-
-std::string client::start_run(std::string_view name, std::string inputs,
-                               start_options opts) {
-  if (!impl_->running())
-    throw error(errc::not_running, "start() the runtime before starting work");
-  detail::check_name("workflow name", name);
-  if (!impl_->client_mode && impl_->workflows.count(std::string{name}) == 0)
-    throw error(errc::unknown_workflow,
-                "no workflow registered as '" + std::string{name} + "'");
-  if (!impl_->client_mode)
-    impl_->check_lease();
-  if (opts.id.empty())
-    opts.id = detail::random_id();
-  detail::check_name("workflow id", opts.id);
-  if (inputs.size() > impl_->cfg.max_payload_bytes)
-    throw error(errc::payload_too_large,
-                "inputs of " + std::to_string(inputs.size())
-                  + " bytes exceed the limit of "
-                  + std::to_string(impl_->cfg.max_payload_bytes));
-  persistence::run_record run;
-  run.id = opts.id;
-  run.name = std::string{name};
-  run.status = run_status::pending;
-  run.inputs = std::move(inputs);
-  run.owner = {impl_->cfg.executor_id, 1};
-  run.app_version = impl_->cfg.app_version;
-  run.created_at_ms = detail::now_ms();
-  if (opts.timeout.count() > 0)
-    run.deadline_ms = detail::saturating_add(impl_->clock->now_ms(),
-                                             opts.timeout.count());
-  detail::runtime_impl::client_call call{*impl_};
-  if (impl_->client_mode) {
-    start_unowned(*impl_, std::move(run));
-    return opts.id;
-  }
-  // Through the group-commit writer: starts from many threads share a
-  // commit. Durable first, then delivered: the run exists before its actor.
-  std::promise<persistence::write_result> created;
-  auto written = created.get_future();
-  impl_->writer->create(run, [&created](persistence::write_result r) {
-    created.set_value(std::move(r));
-  });
-  auto result = written.get();
-  switch (result.ack) {
-    case persistence::write_ack::committed:
-      impl_->spawn_run(std::move(run), {}); // arms its deadline
-      return opts.id;
-    case persistence::write_ack::failed:
-    case persistence::write_ack::superseded:
-      // The commit may have happened all the same: if the run exists, it
-      // runs (housekeeping finds it); a start with this id returns it.
-      impl_->orphaned(run.id);
-      throw error(result.error == errc::store_full ? errc::store_full
-                                                   : errc::store_unavailable,
-                  "could not record the start of workflow '" + run.id
-                    + "': the database is "
-                    + (result.error == errc::store_full ? "full"
-                                                        : "unavailable"));
-    case persistence::write_ack::rejected:
-      break;
-  }
-  // The id was taken: the same start again (or our own in-doubt commit
-  // re-sent) returns that run; another name or other inputs is a conflict.
-  auto existing = impl_->stores->with([&](persistence::store& db) {
-    return db.get_run(run.id);
-  });
-  if (!existing)
-    throw error(errc::store_error, "run '" + run.id + "' vanished");
-  check_same_start(*existing, run);
-  if (existing->status == run_status::pending && existing->owner == run.owner
-      && !impl_->is_active(run.id)) {
-    // Ours and not running: a creation whose acknowledgement was lost.
-    auto journal = impl_->stores->with([&](persistence::store& db) {
-      return db.load_journals({run.id});
-    });
-    impl_->spawn_run(std::move(*existing), std::move(journal));
-  }
-  return opts.id;
-}
-
-void client::cancel(const std::string& id) {
-  detail::cancel_run(*impl_, id);
-}
-
-namespace {
-
-/// Throws `payload_too_large` if `bytes` exceed the configured limit.
-void check_payload(const config& cfg, const std::string& bytes,
-                   const char* what) {
-  if (bytes.size() > cfg.max_payload_bytes)
-    throw error(errc::payload_too_large,
-                std::string{what} + " of " + std::to_string(bytes.size())
-                  + " bytes exceeds the limit of "
-                  + std::to_string(cfg.max_payload_bytes));
-}
-
-/// Stores `r` and wakes its run; throws for unknown or repeated ones.
-void store_resolution(detail::runtime_impl& rt, persistence::resolution& r,
-                      bool ok, std::string bytes, const std::string& what) {
-  r.result = ok ? persistence::outcome::value : persistence::outcome::terminal;
-  if (ok)
-    r.payload = std::move(bytes);
-  else
-    r.error = persistence::valid_text(bytes);
-  r.at_ms = rt.clock->now_ms();
-  auto result = rt.stores->with(
-    [&](persistence::store& db) { return db.resolve(r); });
-  switch (result) {
-    case persistence::resolve_result::unknown_id:
-      throw error(errc::not_found, "no " + what);
-    case persistence::resolve_result::already_resolved:
-      throw error(errc::already_resolved,
-                  what + " was already resolved or rejected");
-    case persistence::resolve_result::resolved:
-      rt.wake(r.run_id, -1);
-      rt.announce('w', r.run_id);
-      return;
-  }
-}
-
-} // namespace
-
-void client::resolve(const std::string& id, bool ok, std::string bytes) {
-  detail::runtime_impl::client_call call{*impl_};
-  check_payload(impl_->cfg, bytes, "awakeable value");
-  // awk_<seq>_<run id>: the journal entry that created it.
-  auto unknown = [&] {
-    return error(errc::not_found, "no awakeable with id '"
-                                    + persistence::valid_text(id) + "'");
-  };
-  auto parsed = detail::parse_awakeable_id(id);
-  if (!parsed)
-    throw unknown();
-  auto& r = *parsed;
-  store_resolution(*impl_, r, ok, std::move(bytes),
-                   "awakeable with id '" + persistence::valid_text(id) + "'");
-}
-
-void client::complete_promise(const std::string& workflow_id,
-                               const std::string& name, bool ok,
-                               std::string bytes) {
-  detail::runtime_impl::client_call call{*impl_};
-  check_payload(impl_->cfg, bytes, "promise value");
-  detail::check_name("workflow id", workflow_id);
-  detail::check_name("promise name", name);
-  persistence::resolution r;
-  r.id = detail::promise_id(workflow_id, name);
-  r.run_id = workflow_id;
-  r.seq = -1;
-  store_resolution(*impl_, r, ok, std::move(bytes),
-                   "workflow run '" + workflow_id + "' (promise '" + name
-                     + "')");
-}
-
-void client::send_bytes(const std::string& workflow_id,
-                         const std::string& topic, std::string bytes) {
-  detail::runtime_impl::client_call call{*impl_};
-  check_payload(impl_->cfg, bytes, "message");
-  detail::check_name("workflow id", workflow_id);
-  detail::check_name("topic", topic);
-  auto sent = impl_->stores->with([&](persistence::store& db) {
-    return db.send_message(workflow_id, topic, bytes, impl_->clock->now_ms());
-  });
-  if (!sent)
-    throw error(errc::not_found, "no workflow run with id '"
-                                   + persistence::valid_text(workflow_id) + "'");
-  impl_->wake(workflow_id, -1);
-  impl_->announce('w', workflow_id);
-}
-
-std::optional<std::string>
-client::event_bytes(const std::string& workflow_id, const std::string& key,
-                     std::chrono::milliseconds timeout) {
-  detail::check_name("workflow id", workflow_id);
-  detail::check_name("event key", key);
-  auto until = saturating_deadline(timeout);
-  auto pause = std::chrono::milliseconds{5};
-  for (;;) {
-    {
-      detail::runtime_impl::client_call call{*impl_};
-      auto value = impl_->stores->with(
-        [&](persistence::store& db) { return db.get_event(workflow_id, key); });
-      if (value)
-        return value;
-    }
-    auto now = std::chrono::steady_clock::now();
-    if (now >= until)
-      return std::nullopt;
-    // Polling, backing off from 5 ms to `poll_interval`: events are read
-    // far less often than steps are written.
-    std::this_thread::sleep_for(
-      std::min<std::chrono::steady_clock::duration>(until - now, pause));
-    pause = std::min(pause * 2, std::max(impl_->cfg.poll_interval,
-                                         std::chrono::milliseconds{5}));
-  }
 }
 
 } // namespace perdure

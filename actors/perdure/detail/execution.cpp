@@ -661,7 +661,8 @@ void execution::stop(std::optional<run_outcome> outcome) {
   rt->run_stopped(run_id_, std::move(outcome), epoch);
   if (ended && parent_id) {
     rt->wake(*parent_id, -1); // a parent may be waiting for this end
-    rt->announce('w', *parent_id); // in another process (a call's caller)
+    // In another process (a call's caller):
+    rt->announce(persistence::notice::woken(*parent_id));
   }
   leave();
 }

@@ -124,7 +124,7 @@ void execution::deliver() {
       }
       if (recorded->outcome == persistence::outcome::value) {
         rt->wake(d->run_id(), -1);
-        rt->announce('w', d->run_id());
+        rt->announce(persistence::notice::woken(d->run_id()));
       }
       send_outcome(me, seq, recorded->outcome, {}, recorded->error, true);
     } catch (const perdure::error& ex) {

@@ -58,7 +58,7 @@ void executor_lease::release() {
   heartbeat_.reset();
   try {
     store_->release_lease(request_.executor, epoch_->load());
-    store_->notify("x:" + request_.executor);
+    store_->notify(persistence::notice::gone(request_.executor));
   } catch (const std::exception& ex) {
     // It lapses by itself: the lock went with the connection.
     log_.warn("perdure: executor '{}' could not give its lease up: {}",
@@ -160,7 +160,7 @@ void executor_lease::beat() {
       log_.warn("perdure: executor '{}' lapsed (its process died, or "
                 "stalled past its lease): taking its runs over",
                 id);
-      store_->notify("x:" + id);
+      store_->notify(persistence::notice::gone(id));
       ++declared;
     } catch (const std::exception& ex) {
       log_.warn("perdure: could not declare executor '{}' lapsed: {}", id,

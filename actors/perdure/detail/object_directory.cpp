@@ -101,7 +101,7 @@ void object_directory::reach(const std::string& type, const std::string& key,
   if (!active && announce) {
     try {
       rt_.stores->with([&](persistence::store& db) {
-        db.notify("o:" + type + '\x1f' + key);
+        db.notify(persistence::notice::calls(type, key));
       });
     } catch (const std::exception& ex) {
       // Stored anyway: the holder's sweep finds it.

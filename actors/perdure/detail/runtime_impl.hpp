@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "perdure/config.hpp"
+#include "perdure/detail/client_gate.hpp"
 #include "perdure/detail/end_callbacks.hpp"
 #include "perdure/detail/executor_lease.hpp"
+#include "perdure/detail/ids.hpp"
 #include "perdure/detail/object_actor.hpp"
 #include "perdure/detail/object_directory.hpp"
 #include "perdure/detail/object_entry.hpp"
@@ -39,17 +41,6 @@ namespace perdure::detail {
 
 /// The workflow behind `client::send_later` (every runtime registers it).
 inline constexpr const char* delayed_call_workflow = "perdure.send_later";
-
-/// Returns a fresh run id (time-ordered, then random).
-std::string random_id();
-
-/// Throws `invalid_argument` unless `name` is a valid name or id (`what`
-/// says which, for the message).
-void check_name(std::string_view what, std::string_view name);
-
-/// `check_name` for object types, keys and idempotency keys: also without
-/// Perdure's separators (see `persistence::is_valid_key`).
-void check_key(std::string_view what, std::string_view name);
 
 class runtime_impl {
 public:
@@ -129,16 +120,10 @@ public:
   bool running() const;
 
   /// Keeps the runtime's parts alive while an application thread uses them
-  /// (stop() waits for every client_call to end before tearing down).
-  class client_call {
+  /// (stop() closes the gate and waits for every call before tearing down).
+  class client_call : public client_gate::call {
   public:
-    explicit client_call(runtime_impl& rt);
-    ~client_call();
-    client_call(const client_call&) = delete;
-    client_call& operator=(const client_call&) = delete;
-
-  private:
-    runtime_impl& rt_;
+    explicit client_call(runtime_impl& rt) : client_gate::call(rt.gate_) {}
   };
 
   void start();
@@ -177,9 +162,9 @@ public:
   /// passivated run of this executor back.
   void wake(const std::string& id, std::int32_t seq);
 
-  /// Tells the processes sharing the database that run `id` was woken
-  /// (`kind` 'w') or cancelled ('c'), unless it runs here.
-  void announce(char kind, const std::string& id);
+  /// Tells the processes sharing the database notice `n` about a run
+  /// (woken, cancelled, a saga asked to cancel), unless it runs here.
+  void announce(const persistence::notice& n);
 
   /// Brings back this executor's runs that should be in memory and are not
   /// (a delivery from another process while passivated).
@@ -368,7 +353,7 @@ private:
   void revive_orphans();
   /// Arms run `id`'s deadline timer unless armed (under active_mtx_).
   void arm_deadline(const std::string& id, std::int64_t due_ms);
-  void on_notice(const std::string& notice);
+  void on_notice(const persistence::notice& n);
 
   std::string instance_;
   std::shared_ptr<spdlog::logger> logger_;
@@ -449,8 +434,7 @@ private:
   std::chrono::steady_clock::time_point stranded_due_{};
   bool stranded_busy_ = false;
   bool running_ = false;
-  std::size_t client_calls_ = 0;
-  std::condition_variable clients_done_;
+  client_gate gate_;
 
   std::mutex callbacks_mtx_;
   std::unique_ptr<end_callbacks> callbacks_;

@@ -31,4 +31,15 @@ saturating_ms(std::chrono::duration<Rep, Period> d) noexcept {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+/// Returns now + `timeout` on the steady clock, saturated (a timeout of
+/// `milliseconds::max()` means never).
+inline std::chrono::steady_clock::time_point
+saturating_deadline(std::chrono::milliseconds timeout) {
+  using clock = std::chrono::steady_clock;
+  auto now = clock::now();
+  auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+    clock::time_point::max() - now);
+  return timeout >= room ? clock::time_point::max() : now + timeout;
+}
+
 } // namespace perdure::detail

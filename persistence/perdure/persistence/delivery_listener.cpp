@@ -46,7 +46,8 @@ private:
     }
 
     void operator()(const std::string& payload, int) override {
-      f_(payload);
+      if (auto n = notice::parse(payload))
+        f_(*n);
     }
 
     const callback& f_;
@@ -66,7 +67,7 @@ private:
       try {
         if (!receiver_)
           subscribe();
-        on_notice_(std::string{missed_notices}); // sent before LISTEN
+        on_notice_(notice{notice::kind::missed, {}, {}}); // sent before LISTEN
         // Polling as the fallback: look anyway every `sweep_every`, however
         // many other notices arrive meanwhile (a notice is lost if its
         // sender crashed between commit and NOTIFY; a busy channel must not
@@ -77,7 +78,7 @@ private:
           auto now = std::chrono::steady_clock::now();
           if (now - last_sweep >= sweep_every) {
             last_sweep = now;
-            on_notice_(std::string{sweep_notice});
+            on_notice_(notice{notice::kind::sweep_due, {}, {}});
           }
         }
       } catch (const std::exception& ex) {
@@ -145,16 +146,17 @@ private:
         auto& lite = static_cast<sqlite_store&>(*db_);
         if (!announced_) {
           announced_ = true;
-          on_notice_(std::string{missed_notices}); // before we looked
+          on_notice_(notice{notice::kind::missed, {}, {}}); // before we looked
         }
         for (auto& [id, payload] : lite.notices_after(last_)) {
           last_ = id;
-          on_notice_(payload);
+          if (auto n = notice::parse(payload))
+            on_notice_(*n);
         }
         auto now = std::chrono::steady_clock::now();
         if (now - last_sweep >= sweep_every) {
           last_sweep = now;
-          on_notice_(std::string{sweep_notice});
+          on_notice_(notice{notice::kind::sweep_due, {}, {}});
         }
       } catch (const std::exception& ex) {
         spdlog::warn("perdure: could not read notices ({}); trying again",

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/store.hpp"
 
 namespace perdure::persistence {
@@ -12,20 +13,16 @@ namespace perdure::persistence {
 /// Hears what other processes delivered to runs (awakeables resolved,
 /// messages sent, cancellations) on a thread of its own: PostgreSQL LISTEN
 /// on a connection of its own; on SQLite, which has no NOTIFY, a poll of
-/// the notices table every 100 ms. Each `store::notify` payload arrives as one
-/// call. The listener subscribes before its constructor returns (when the
-/// database is there), so nothing committed after that is missed unless its
-/// sender crashed between commit and notice. Two payloads are its own:
-/// `missed_notices` after connecting or reconnecting (anything sent before
-/// may have been missed: look at everything waiting, in memory too) and
-/// `sweep_notice` every few seconds (a sender may have crashed before its
-/// notice: look at the store for what is passivated).
+/// the notices table every 100 ms. Each `store::notify` payload that parses
+/// arrives as one call (text no Perdure wrote is dropped). The listener
+/// subscribes before its constructor returns (when the database is there),
+/// so nothing committed after that is missed unless its sender crashed
+/// between commit and notice. Two notices are its own: `missed` after
+/// connecting or reconnecting and `sweep_due` every few seconds (see
+/// notice.hpp).
 class delivery_listener {
 public:
-  static constexpr std::string_view missed_notices = "!";
-  static constexpr std::string_view sweep_notice = "*";
-
-  using callback = std::function<void(const std::string& payload)>;
+  using callback = std::function<void(const notice&)>;
 
   virtual ~delivery_listener() = default;
 };

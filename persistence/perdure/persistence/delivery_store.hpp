@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/records.hpp"
 
 namespace perdure::persistence {
@@ -38,8 +39,11 @@ public:
   virtual std::optional<resolution> get_resolution(std::string_view id) = 0;
 
   /// Tells every process listening on this database (`delivery_listener`)
-  /// `payload`, after the current transaction. A no-op on SQLite.
+  /// `payload` (an encoded `notice`), after the current transaction.
   virtual void notify(std::string_view payload) = 0;
+
+  /// `notify` of notice `n`.
+  void notify(const notice& n) { notify(n.encode()); }
 
   /// Returns the PENDING runs of `executor` delivered to while passivated
   /// (`delivered_while_passivated`): a sweep revives those not in memory.

@@ -43,7 +43,7 @@ void back_in_queue(pqxx::transaction_base& w, const std::string& schema,
                 id, at_ms);
   w.exec_params(detail::forgotten_by_new_attempt(journal, "$1::text"), id);
   w.exec_params("SELECT pg_notify($1, $2)", detail::delivery_channel(schema),
-                "q:" + queue);
+                notice::queued(queue).encode());
 }
 
 std::optional<std::int32_t> opt_int(const pqxx::field& f) {
@@ -91,7 +91,8 @@ create_result postgres_store::enqueue(const run_record& item) {
           "$10, $11, $12, nextval('"
         + s + "inbox_seq'), $14) ON CONFLICT DO NOTHING RETURNING "
         + cols + ") SELECT " + cols
-        + ", pg_notify($13, 'q:' || queue_name) FROM ins",
+        + ", pg_notify($13, '" + notice::prefix(notice::kind::queue_has_items)
+        + "' || queue_name) FROM ins",
       item.id, item.name,
       pqxx::binarystring{item.inputs.data(), item.inputs.size()},
       item.app_version, item.created_at_ms,

@@ -1961,7 +1961,7 @@ void postgres_store::requeue_released(pqxx::transaction_base& w,
   w.exec_prepared("requeue_released", std::string{type}, std::string{key},
                   std::string{executor});
   w.exec_prepared("notify", detail::delivery_channel(schema_),
-                  "o:" + std::string{type} + '\x1f' + std::string{key});
+                  notice::calls(std::string{type}, std::string{key}).encode());
 }
 
 std::optional<std::vector<run_record>>

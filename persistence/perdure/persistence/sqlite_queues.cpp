@@ -79,7 +79,7 @@ create_result sqlite_store::enqueue(const run_record& item) {
       .run();
     result.created = sqlite3_changes(db_) == 1;
     if (result.created) {
-      notice_in("q:" + item.queue_name);
+      notice_in(notice::queued(item.queue_name).encode());
       result.run = read_run_row(item.id);
       return;
     }
@@ -313,7 +313,7 @@ bool sqlite_store::retry_item(const fence& owner, std::string_view id,
     if (!done)
       return;
     new_attempt(id, at_ms);
-    notice_in("q:" + queue);
+    notice_in(notice::queued(queue).encode());
   });
   return done;
 }
@@ -335,7 +335,7 @@ std::optional<run_record> sqlite_store::requeue(std::string_view id,
         return;
       new_attempt(id, at_ms);
       out = read_run_row(id);
-      notice_in("q:" + out->queue_name);
+      notice_in(notice::queued(out->queue_name).encode());
     });
   } catch (const perdure::error& ex) {
     if (std::string_view{ex.what()}.find("UNIQUE") == std::string_view::npos)

@@ -1297,7 +1297,7 @@ void sqlite_store::requeue_released(std::string_view type,
     .bind(2, key)
     .bind(3, executor)
     .run();
-  notice_in("o:" + std::string{type} + '\x1f' + std::string{key});
+  notice_in(notice::calls(std::string{type}, std::string{key}).encode());
 }
 
 std::optional<std::vector<run_record>>

@@ -66,6 +66,7 @@ public:
                                        const delivery& d) override;
   std::optional<resolution> get_resolution(std::string_view id) override;
   void notify(std::string_view payload) override;
+  using delivery_store::notify;
   std::vector<std::string> awake_runs(std::string_view executor) override;
   std::int64_t count_awake_pending(std::string_view executor,
                                    std::int64_t now_ms) override;

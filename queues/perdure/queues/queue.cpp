@@ -4,6 +4,7 @@
 #include "perdure/detail/clock.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 #include "perdure/persistence/detail/channel.hpp"
+#include "perdure/persistence/notice.hpp"
 #include "perdure/queues/detail/queue_service.hpp"
 
 #include <limits>
@@ -208,10 +209,11 @@ std::string detail::stage_bytes(sql_session& tx, std::string_view queue,
   if (pg)
     tx.exec("SELECT pg_notify($1, $2)",
             {persistence::detail::delivery_channel(schema),
-             "q:" + item.queue_name});
+             persistence::notice::queued(item.queue_name).encode()});
   else
     tx.exec("INSERT INTO notices (payload, created_at) VALUES ($1, $2)",
-            {"q:" + item.queue_name, item.created_at_ms});
+            {persistence::notice::queued(item.queue_name).encode(),
+             item.created_at_ms});
   return item.id;
 }
 

@@ -1,0 +1,310 @@
+// perdure::client: starting, cancelling and listing runs, resolving
+// awakeables and promises, messages and events -- for application threads,
+// in a runtime's process or in a process of its own.
+
+#include "perdure/client.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <future>
+
+#include "perdure/detail/clock.hpp"
+#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/time_math.hpp"
+#include "perdure/persistence/text.hpp"
+
+namespace perdure {
+
+// -- client ---------------------------------------------------------------------
+
+client::client(config cfg)
+  : impl_(std::make_shared<detail::runtime_impl>(std::move(cfg), true)) {
+  impl_->start();
+}
+
+client::client(runtime_mode, config cfg)
+  : impl_(std::make_shared<detail::runtime_impl>(std::move(cfg), false)) {
+}
+
+client::~client() {
+  try {
+    impl_->stop();
+  } catch (const std::exception& ex) {
+    impl_->log().error("perdure: {}", ex.what());
+  }
+}
+
+const config& client::cfg() const noexcept {
+  return impl_->cfg;
+}
+
+run_page client::list_runs(const run_filter& filter) {
+  detail::runtime_impl::client_call call{*impl_};
+  return impl_->stores->with(
+    [&](persistence::store& db) { return db.list_runs(filter); });
+}
+
+std::vector<step_record> client::history(const std::string& id) {
+  detail::runtime_impl::client_call call{*impl_};
+  auto [run, journal] = impl_->stores->with([&](persistence::store& db) {
+    return std::make_pair(db.get_run(id), db.load_journals({id}));
+  });
+  if (!run)
+    throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  std::vector<step_record> steps;
+  for (auto& e : journal) {
+    step_record s;
+    s.seq = e.seq;
+    s.kind = persistence::to_string(e.kind);
+    s.name = std::move(e.name);
+    switch (e.outcome) {
+      case persistence::outcome::value: s.outcome = "value"; break;
+      case persistence::outcome::failed: s.outcome = "failed"; break;
+      case persistence::outcome::terminal: s.outcome = "terminal"; break;
+      default: s.outcome = "unreadable"; break;
+    }
+    s.payload = std::move(e.payload);
+    s.error = std::move(e.error);
+    s.at = std::chrono::system_clock::time_point{
+      std::chrono::milliseconds{e.created_at_ms}};
+    steps.push_back(std::move(s));
+  }
+  return steps;
+}
+
+namespace {
+
+/// Throws unless `existing`, found under the id of `run`, is the same start
+/// (same workflow, same inputs): a start with a taken id returns that run.
+void check_same_start(const persistence::run_record& existing,
+                      const persistence::run_record& run) {
+  if (existing.name != run.name)
+    throw error(errc::conflicting_id,
+                "workflow id '" + run.id + "' already names a run of '"
+                  + existing.name + "'");
+  if (existing.inputs != run.inputs)
+    throw error(errc::conflicting_id,
+                "workflow id '" + run.id
+                  + "' already names a run with other inputs");
+}
+
+/// Starts `run` from a client: stored unowned, then announced, so that a
+/// runtime that registered its workflow adopts it.
+void start_unowned(detail::runtime_impl& rt, persistence::run_record run) {
+  run.owner = {persistence::unowned_executor, 0};
+  auto result = rt.stores->with(
+    [&](persistence::store& db) { return db.create_run(run); });
+  if (!result.created) {
+    check_same_start(result.run, run);
+    return;
+  }
+  try {
+    rt.stores->with(
+      [&](persistence::store& db) {
+        db.notify(persistence::notice::created(run.id));
+      });
+  } catch (const std::exception& ex) {
+    // Stored anyway: runtimes find unowned runs every few seconds.
+    rt.log().warn("perdure: could not announce run {}: {}", run.id, ex.what());
+  }
+}
+
+} // namespace
+
+std::string client::start_run(std::string_view name, std::string inputs,
+                               start_options opts) {
+  if (!impl_->running())
+    throw error(errc::not_running, "start() the runtime before starting work");
+  detail::check_name("workflow name", name);
+  if (!impl_->client_mode && impl_->workflows.count(std::string{name}) == 0)
+    throw error(errc::unknown_workflow,
+                "no workflow registered as '" + std::string{name} + "'");
+  if (!impl_->client_mode)
+    impl_->check_lease();
+  if (opts.id.empty())
+    opts.id = detail::random_id();
+  detail::check_name("workflow id", opts.id);
+  if (inputs.size() > impl_->cfg.max_payload_bytes)
+    throw error(errc::payload_too_large,
+                "inputs of " + std::to_string(inputs.size())
+                  + " bytes exceed the limit of "
+                  + std::to_string(impl_->cfg.max_payload_bytes));
+  persistence::run_record run;
+  run.id = opts.id;
+  run.name = std::string{name};
+  run.status = run_status::pending;
+  run.inputs = std::move(inputs);
+  run.owner = {impl_->cfg.executor_id, 1};
+  run.app_version = impl_->cfg.app_version;
+  run.created_at_ms = detail::now_ms();
+  if (opts.timeout.count() > 0)
+    run.deadline_ms = detail::saturating_add(impl_->clock->now_ms(),
+                                             opts.timeout.count());
+  detail::runtime_impl::client_call call{*impl_};
+  if (impl_->client_mode) {
+    start_unowned(*impl_, std::move(run));
+    return opts.id;
+  }
+  // Through the group-commit writer: starts from many threads share a
+  // commit. Durable first, then delivered: the run exists before its actor.
+  std::promise<persistence::write_result> created;
+  auto written = created.get_future();
+  impl_->writer->create(run, [&created](persistence::write_result r) {
+    created.set_value(std::move(r));
+  });
+  auto result = written.get();
+  switch (result.ack) {
+    case persistence::write_ack::committed:
+      impl_->spawn_run(std::move(run), {}); // arms its deadline
+      return opts.id;
+    case persistence::write_ack::failed:
+    case persistence::write_ack::superseded:
+      // The commit may have happened all the same: if the run exists, it
+      // runs (housekeeping finds it); a start with this id returns it.
+      impl_->orphaned(run.id);
+      throw error(result.error == errc::store_full ? errc::store_full
+                                                   : errc::store_unavailable,
+                  "could not record the start of workflow '" + run.id
+                    + "': the database is "
+                    + (result.error == errc::store_full ? "full"
+                                                        : "unavailable"));
+    case persistence::write_ack::rejected:
+      break;
+  }
+  // The id was taken: the same start again (or our own in-doubt commit
+  // re-sent) returns that run; another name or other inputs is a conflict.
+  auto existing = impl_->stores->with([&](persistence::store& db) {
+    return db.get_run(run.id);
+  });
+  if (!existing)
+    throw error(errc::store_error, "run '" + run.id + "' vanished");
+  check_same_start(*existing, run);
+  if (existing->status == run_status::pending && existing->owner == run.owner
+      && !impl_->is_active(run.id)) {
+    // Ours and not running: a creation whose acknowledgement was lost.
+    auto journal = impl_->stores->with([&](persistence::store& db) {
+      return db.load_journals({run.id});
+    });
+    impl_->spawn_run(std::move(*existing), std::move(journal));
+  }
+  return opts.id;
+}
+
+void client::cancel(const std::string& id) {
+  detail::cancel_run(*impl_, id);
+}
+
+namespace {
+
+/// Throws `payload_too_large` if `bytes` exceed the configured limit.
+void check_payload(const config& cfg, const std::string& bytes,
+                   const char* what) {
+  if (bytes.size() > cfg.max_payload_bytes)
+    throw error(errc::payload_too_large,
+                std::string{what} + " of " + std::to_string(bytes.size())
+                  + " bytes exceeds the limit of "
+                  + std::to_string(cfg.max_payload_bytes));
+}
+
+/// Stores `r` and wakes its run; throws for unknown or repeated ones.
+void store_resolution(detail::runtime_impl& rt, persistence::resolution& r,
+                      bool ok, std::string bytes, const std::string& what) {
+  r.result = ok ? persistence::outcome::value : persistence::outcome::terminal;
+  if (ok)
+    r.payload = std::move(bytes);
+  else
+    r.error = persistence::valid_text(bytes);
+  r.at_ms = rt.clock->now_ms();
+  auto result = rt.stores->with(
+    [&](persistence::store& db) { return db.resolve(r); });
+  switch (result) {
+    case persistence::resolve_result::unknown_id:
+      throw error(errc::not_found, "no " + what);
+    case persistence::resolve_result::already_resolved:
+      throw error(errc::already_resolved,
+                  what + " was already resolved or rejected");
+    case persistence::resolve_result::resolved:
+      rt.wake(r.run_id, -1);
+      rt.announce(persistence::notice::woken(r.run_id));
+      return;
+  }
+}
+
+} // namespace
+
+void client::resolve(const std::string& id, bool ok, std::string bytes) {
+  detail::runtime_impl::client_call call{*impl_};
+  check_payload(impl_->cfg, bytes, "awakeable value");
+  // awk_<seq>_<run id>: the journal entry that created it.
+  auto unknown = [&] {
+    return error(errc::not_found, "no awakeable with id '"
+                                    + persistence::valid_text(id) + "'");
+  };
+  auto parsed = detail::parse_awakeable_id(id);
+  if (!parsed)
+    throw unknown();
+  auto& r = *parsed;
+  store_resolution(*impl_, r, ok, std::move(bytes),
+                   "awakeable with id '" + persistence::valid_text(id) + "'");
+}
+
+void client::complete_promise(const std::string& workflow_id,
+                               const std::string& name, bool ok,
+                               std::string bytes) {
+  detail::runtime_impl::client_call call{*impl_};
+  check_payload(impl_->cfg, bytes, "promise value");
+  detail::check_name("workflow id", workflow_id);
+  detail::check_name("promise name", name);
+  persistence::resolution r;
+  r.id = detail::promise_id(workflow_id, name);
+  r.run_id = workflow_id;
+  r.seq = -1;
+  store_resolution(*impl_, r, ok, std::move(bytes),
+                   "workflow run '" + workflow_id + "' (promise '" + name
+                     + "')");
+}
+
+void client::send_bytes(const std::string& workflow_id,
+                         const std::string& topic, std::string bytes) {
+  detail::runtime_impl::client_call call{*impl_};
+  check_payload(impl_->cfg, bytes, "message");
+  detail::check_name("workflow id", workflow_id);
+  detail::check_name("topic", topic);
+  auto sent = impl_->stores->with([&](persistence::store& db) {
+    return db.send_message(workflow_id, topic, bytes, impl_->clock->now_ms());
+  });
+  if (!sent)
+    throw error(errc::not_found, "no workflow run with id '"
+                                   + persistence::valid_text(workflow_id) + "'");
+  impl_->wake(workflow_id, -1);
+  impl_->announce(persistence::notice::woken(workflow_id));
+}
+
+std::optional<std::string>
+client::event_bytes(const std::string& workflow_id, const std::string& key,
+                     std::chrono::milliseconds timeout) {
+  detail::check_name("workflow id", workflow_id);
+  detail::check_name("event key", key);
+  auto until = detail::saturating_deadline(timeout);
+  auto pause = std::chrono::milliseconds{5};
+  for (;;) {
+    {
+      detail::runtime_impl::client_call call{*impl_};
+      auto value = impl_->stores->with(
+        [&](persistence::store& db) { return db.get_event(workflow_id, key); });
+      if (value)
+        return value;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= until)
+      return std::nullopt;
+    // Polling, backing off from 5 ms to `poll_interval`: events are read
+    // far less often than steps are written.
+    std::this_thread::sleep_for(
+      std::min<std::chrono::steady_clock::duration>(until - now, pause));
+    pause = std::min(pause * 2, std::max(impl_->cfg.poll_interval,
+                                         std::chrono::milliseconds{5}));
+  }
+}
+
+} // namespace perdure
