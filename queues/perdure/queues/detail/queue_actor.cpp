@@ -131,10 +131,13 @@ void claim(queue_actor* self) {
   });
 }
 
-/// Looks again in `ms` (unless a timer comes due sooner anyway).
+/// Looks again in `ms` (unless a timer comes due sooner anyway), or in a
+/// minute at the latest: an item's start time far off (a row another
+/// process wrote, INT64_MAX) must not overflow the timer, and a look a
+/// minute costs nothing.
 void look_in(queue_actor* self, std::int64_t ms) {
   auto& st = self->state;
-  ms = std::max<std::int64_t>(ms, 1);
+  ms = std::clamp<std::int64_t>(ms, 1, 60'000);
   auto due = perdure::detail::now_ms() + ms;
   if (due >= st.timer_due)
     return;
