@@ -1,4 +1,4 @@
-#include "perdure/detail/timer_service.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
 
 #include <algorithm>
 #include <chrono>

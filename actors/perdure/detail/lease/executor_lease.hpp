@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "perdure/detail/ticker.hpp"
+#include "perdure/detail/timer/ticker.hpp"
 #include "perdure/persistence/store.hpp"
 
 namespace perdure::detail {

@@ -1,4 +1,4 @@
-#include "perdure/detail/ticker.hpp"
+#include "perdure/detail/timer/ticker.hpp"
 
 namespace perdure::detail {
 

@@ -1,4 +1,4 @@
-#include "perdure/detail/end_callbacks.hpp"
+#include "perdure/detail/runs/end_callbacks.hpp"
 
 #include <spdlog/spdlog.h>
 

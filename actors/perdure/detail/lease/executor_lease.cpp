@@ -1,4 +1,4 @@
-#include "perdure/detail/executor_lease.hpp"
+#include "perdure/detail/lease/executor_lease.hpp"
 
 #include <algorithm>
 #include <optional>
