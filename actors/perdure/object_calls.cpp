@@ -5,7 +5,7 @@
 #include <future>
 
 #include "perdure/detail/clock.hpp"
-#include "perdure/detail/object_directory.hpp"
+#include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
 #include "perdure/runtime.hpp"

@@ -11,7 +11,7 @@
 
 #include "perdure/detail/awaiters.hpp"
 #include "perdure/detail/clock.hpp"
-#include "perdure/detail/run_actor.hpp"
+#include "perdure/detail/workflow/run_actor.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
 #include "perdure/persistence/text.hpp"

@@ -6,8 +6,8 @@
 
 #include <caf/allowed_unsafe_message_type.hpp>
 
-#include "perdure/detail/object_message.hpp"
-#include "perdure/detail/run_message.hpp"
+#include "perdure/detail/object/object_message.hpp"
+#include "perdure/detail/execution/run_message.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(perdure::detail::run_message)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(perdure::detail::object_message)

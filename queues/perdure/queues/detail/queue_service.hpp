@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "perdure/detail/queue_hooks.hpp"
-#include "perdure/detail/step_executor.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/timer/ticker.hpp"
 #include "perdure/persistence/queue_store.hpp"
 #include "perdure/queues/queue_options.hpp"

@@ -1,11 +1,11 @@
-#include "perdure/detail/execution.hpp"
+#include "perdure/detail/execution/execution.hpp"
 
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
 
 #include "perdure/detail/clock.hpp"
-#include "perdure/detail/object_directory.hpp"
+#include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 #include "perdure/persistence/text.hpp"
 

@@ -1,4 +1,4 @@
-#include "perdure/detail/execution.hpp"
+#include "perdure/detail/execution/execution.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "perdure/detail/step_executor.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
 
 namespace perdure::detail {
 

@@ -1,4 +1,4 @@
-#include "perdure/detail/run_actor.hpp"
+#include "perdure/detail/workflow/run_actor.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -8,7 +8,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "perdure/detail/caf_messages.hpp"
-#include "perdure/detail/execution.hpp"
+#include "perdure/detail/execution/execution.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 
 namespace perdure::detail {

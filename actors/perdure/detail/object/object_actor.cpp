@@ -1,4 +1,4 @@
-#include "perdure/detail/object_actor.hpp"
+#include "perdure/detail/object/object_actor.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -18,8 +18,8 @@
 
 #include "perdure/detail/caf_messages.hpp"
 #include "perdure/detail/clock.hpp"
-#include "perdure/detail/execution.hpp"
-#include "perdure/detail/object_directory.hpp"
+#include "perdure/detail/execution/execution.hpp"
+#include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/object_entry.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 

@@ -1,8 +1,8 @@
-#include "perdure/detail/object_directory.hpp"
+#include "perdure/detail/object/object_directory.hpp"
 
 #include <caf/send.hpp>
 
-#include "perdure/detail/object_actor.hpp"
+#include "perdure/detail/object/object_actor.hpp"
 #include "perdure/detail/object_entry.hpp"
 #include "perdure/detail/runtime_impl.hpp"
 

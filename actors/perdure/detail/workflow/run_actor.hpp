@@ -7,7 +7,7 @@
 
 #include <caf/fwd.hpp>
 
-#include "perdure/detail/run_message.hpp"
+#include "perdure/detail/execution/run_message.hpp"
 #include "perdure/persistence/records.hpp"
 
 namespace perdure::detail {

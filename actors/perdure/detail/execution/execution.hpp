@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "perdure/detail/run_core.hpp"
-#include "perdure/detail/run_message.hpp"
+#include "perdure/detail/execution/run_message.hpp"
 #include "perdure/detail/workflow_entry.hpp"
 #include "perdure/error.hpp"
 #include "perdure/persistence/records.hpp"

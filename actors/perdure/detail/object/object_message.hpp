@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-#include "perdure/detail/run_message.hpp"
+#include "perdure/detail/execution/run_message.hpp"
 #include "perdure/persistence/records.hpp"
 
 namespace perdure::detail {
