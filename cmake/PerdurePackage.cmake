@@ -17,7 +17,10 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/persistence/perdure
                   ${PROJECT_SOURCE_DIR}/sagas/perdure
                   ${PROJECT_SOURCE_DIR}/queues/perdure
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.hpp")
+        FILES_MATCHING PATTERN "*.hpp"
+        # Concept folders under detail/ are machinery: no public header
+        # reaches them (top-level detail/ headers support the public ones).
+        REGEX "/detail/[^/.]+$" EXCLUDE)
 install(FILES ${PROJECT_BINARY_DIR}/generated/perdure/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/perdure)
 install(EXPORT perdureTargets NAMESPACE perdure::

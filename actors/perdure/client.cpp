@@ -8,8 +8,10 @@
 
 #include <future>
 
-#include "perdure/detail/clock.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/runtime/ids.hpp"
+#include "perdure/detail/runtime/client_access.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/detail/runtime/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
 #include "perdure/persistence/text.hpp"
 
@@ -40,13 +42,13 @@ const config& client::cfg() const noexcept {
 
 run_page client::list_runs(const run_filter& filter) {
   detail::runtime_impl::client_call call{*impl_};
-  return impl_->stores->with(
+  return impl_->svc.stores->with(
     [&](persistence::store& db) { return db.list_runs(filter); });
 }
 
 std::vector<step_record> client::history(const std::string& id) {
   detail::runtime_impl::client_call call{*impl_};
-  auto [run, journal] = impl_->stores->with([&](persistence::store& db) {
+  auto [run, journal] = impl_->svc.stores->with([&](persistence::store& db) {
     return std::make_pair(db.get_run(id), db.load_journals({id}));
   });
   if (!run)
@@ -92,14 +94,14 @@ void check_same_start(const persistence::run_record& existing,
 /// runtime that registered its workflow adopts it.
 void start_unowned(detail::runtime_impl& rt, persistence::run_record run) {
   run.owner = {persistence::unowned_executor, 0};
-  auto result = rt.stores->with(
+  auto result = rt.svc.stores->with(
     [&](persistence::store& db) { return db.create_run(run); });
   if (!result.created) {
     check_same_start(result.run, run);
     return;
   }
   try {
-    rt.stores->with(
+    rt.svc.stores->with(
       [&](persistence::store& db) {
         db.notify(persistence::notice::created(run.id));
       });
@@ -120,7 +122,7 @@ std::string client::start_run(std::string_view name, std::string inputs,
     throw error(errc::unknown_workflow,
                 "no workflow registered as '" + std::string{name} + "'");
   if (!impl_->client_mode)
-    impl_->check_lease();
+    impl_->svc.lease->check();
   if (opts.id.empty())
     opts.id = detail::random_id();
   detail::check_name("workflow id", opts.id);
@@ -138,7 +140,7 @@ std::string client::start_run(std::string_view name, std::string inputs,
   run.app_version = impl_->cfg.app_version;
   run.created_at_ms = detail::now_ms();
   if (opts.timeout.count() > 0)
-    run.deadline_ms = detail::saturating_add(impl_->clock->now_ms(),
+    run.deadline_ms = detail::saturating_add(impl_->svc.clock->now_ms(),
                                              opts.timeout.count());
   detail::runtime_impl::client_call call{*impl_};
   if (impl_->client_mode) {
@@ -149,19 +151,19 @@ std::string client::start_run(std::string_view name, std::string inputs,
   // commit. Durable first, then delivered: the run exists before its actor.
   std::promise<persistence::write_result> created;
   auto written = created.get_future();
-  impl_->writer->create(run, [&created](persistence::write_result r) {
+  impl_->svc.writer->create(run, [&created](persistence::write_result r) {
     created.set_value(std::move(r));
   });
   auto result = written.get();
   switch (result.ack) {
     case persistence::write_ack::committed:
-      impl_->spawn_run(std::move(run), {}); // arms its deadline
+      impl_->svc.launcher->spawn_run(std::move(run), {}); // arms its deadline
       return opts.id;
     case persistence::write_ack::failed:
     case persistence::write_ack::superseded:
       // The commit may have happened all the same: if the run exists, it
       // runs (housekeeping finds it); a start with this id returns it.
-      impl_->orphaned(run.id);
+      impl_->svc.runs->orphaned(run.id);
       throw error(result.error == errc::store_full ? errc::store_full
                                                    : errc::store_unavailable,
                   "could not record the start of workflow '" + run.id
@@ -173,19 +175,19 @@ std::string client::start_run(std::string_view name, std::string inputs,
   }
   // The id was taken: the same start again (or our own in-doubt commit
   // re-sent) returns that run; another name or other inputs is a conflict.
-  auto existing = impl_->stores->with([&](persistence::store& db) {
+  auto existing = impl_->svc.stores->with([&](persistence::store& db) {
     return db.get_run(run.id);
   });
   if (!existing)
     throw error(errc::store_error, "run '" + run.id + "' vanished");
   check_same_start(*existing, run);
   if (existing->status == run_status::pending && existing->owner == run.owner
-      && !impl_->is_active(run.id)) {
+      && !impl_->svc.runs->is_active(run.id)) {
     // Ours and not running: a creation whose acknowledgement was lost.
-    auto journal = impl_->stores->with([&](persistence::store& db) {
+    auto journal = impl_->svc.stores->with([&](persistence::store& db) {
       return db.load_journals({run.id});
     });
-    impl_->spawn_run(std::move(*existing), std::move(journal));
+    impl_->svc.launcher->spawn_run(std::move(*existing), std::move(journal));
   }
   return opts.id;
 }
@@ -214,8 +216,8 @@ void store_resolution(detail::runtime_impl& rt, persistence::resolution& r,
     r.payload = std::move(bytes);
   else
     r.error = persistence::valid_text(bytes);
-  r.at_ms = rt.clock->now_ms();
-  auto result = rt.stores->with(
+  r.at_ms = rt.svc.clock->now_ms();
+  auto result = rt.svc.stores->with(
     [&](persistence::store& db) { return db.resolve(r); });
   switch (result) {
     case persistence::resolve_result::unknown_id:
@@ -224,8 +226,8 @@ void store_resolution(detail::runtime_impl& rt, persistence::resolution& r,
       throw error(errc::already_resolved,
                   what + " was already resolved or rejected");
     case persistence::resolve_result::resolved:
-      rt.wake(r.run_id, -1);
-      rt.announce(persistence::notice::woken(r.run_id));
+      rt.svc.launcher->wake(r.run_id, -1);
+      rt.svc.notices->announce(persistence::notice::woken(r.run_id));
       return;
   }
 }
@@ -270,14 +272,14 @@ void client::send_bytes(const std::string& workflow_id,
   check_payload(impl_->cfg, bytes, "message");
   detail::check_name("workflow id", workflow_id);
   detail::check_name("topic", topic);
-  auto sent = impl_->stores->with([&](persistence::store& db) {
-    return db.send_message(workflow_id, topic, bytes, impl_->clock->now_ms());
+  auto sent = impl_->svc.stores->with([&](persistence::store& db) {
+    return db.send_message(workflow_id, topic, bytes, impl_->svc.clock->now_ms());
   });
   if (!sent)
     throw error(errc::not_found, "no workflow run with id '"
                                    + persistence::valid_text(workflow_id) + "'");
-  impl_->wake(workflow_id, -1);
-  impl_->announce(persistence::notice::woken(workflow_id));
+  impl_->svc.launcher->wake(workflow_id, -1);
+  impl_->svc.notices->announce(persistence::notice::woken(workflow_id));
 }
 
 std::optional<std::string>
@@ -290,7 +292,7 @@ client::event_bytes(const std::string& workflow_id, const std::string& key,
   for (;;) {
     {
       detail::runtime_impl::client_call call{*impl_};
-      auto value = impl_->stores->with(
+      auto value = impl_->svc.stores->with(
         [&](persistence::store& db) { return db.get_event(workflow_id, key); });
       if (value)
         return value;
@@ -305,6 +307,23 @@ client::event_bytes(const std::string& workflow_id, const std::string& key,
     pause = std::min(pause * 2, std::max(impl_->cfg.poll_interval,
                                          std::chrono::milliseconds{5}));
   }
+}
+
+// -- client_access ----------------------------------------------------------------
+
+detail::runtime_services& detail::client_access::services(const client& c) {
+  return c.impl_->svc;
+}
+
+detail::run_outcome detail::client_access::await(const client& c,
+                                         const std::string& id,
+                                         std::chrono::milliseconds timeout) {
+  return detail::await_run(*c.impl_, id, timeout);
+}
+
+void detail::client_access::set_queue_hooks(
+  const client& c, std::shared_ptr<queue_hooks> hooks) {
+  c.impl_->set_queue_hooks(std::move(hooks));
 }
 
 } // namespace perdure

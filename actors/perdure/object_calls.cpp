@@ -4,9 +4,10 @@
 
 #include <future>
 
-#include "perdure/detail/clock.hpp"
+#include "perdure/detail/runtime/ids.hpp"
+#include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/object/object_directory.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/runtime/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
 #include "perdure/runtime.hpp"
 
@@ -77,7 +78,7 @@ std::string client::invoke(std::string_view type, std::string_view key,
       throw error(errc::unknown_workflow,
                   "object type '" + std::string{type} + "' has no handler '"
                     + std::string{handler} + "'");
-    rt.check_lease();
+    rt.svc.lease->check();
   }
   if (inputs.size() > rt.cfg.max_payload_bytes)
     throw error(errc::payload_too_large,
@@ -102,13 +103,13 @@ std::string client::invoke(std::string_view type, std::string_view key,
   bool created = false;
   if (rt.client_mode) {
     run.status = run_status::enqueued;
-    auto stored = rt.stores->with(
+    auto stored = rt.svc.stores->with(
       [&](persistence::store& db) { return db.create_run(run); });
     created = stored.created;
     if (!created)
       check_same_call(stored.run, run);
     try {
-      rt.stores->with([&](persistence::store& db) {
+      rt.svc.stores->with([&](persistence::store& db) {
         db.notify(persistence::notice::calls(run.object_type, run.object_key));
       });
     } catch (const std::exception& ex) {
@@ -120,10 +121,10 @@ std::string client::invoke(std::string_view type, std::string_view key,
   }
   // Through the group-commit writer, like starts: calls from many threads
   // share a commit. Durable first, then delivered.
-  auto to = rt.objects->prepare(run);
+  auto to = rt.svc.objects->prepare(run);
   std::promise<persistence::write_result> written;
   auto ack = written.get_future();
-  rt.writer->create(run, [&written](persistence::write_result r) {
+  rt.svc.writer->create(run, [&written](persistence::write_result r) {
     written.set_value(std::move(r));
   });
   auto result = ack.get();
@@ -132,7 +133,7 @@ std::string client::invoke(std::string_view type, std::string_view key,
       if (result.enqueued) // older calls of the key wait: it follows them
         run.status = run_status::enqueued;
       run.inbox_seq = result.inbox_seq;
-      rt.objects->deliver(to, run);
+      rt.svc.objects->deliver(to, run);
       return run.id;
     case persistence::write_ack::failed:
     case persistence::write_ack::superseded:
@@ -146,14 +147,14 @@ std::string client::invoke(std::string_view type, std::string_view key,
       break;
   }
   // The idempotency key was used: the same call returns the first one.
-  auto existing = rt.stores->with(
+  auto existing = rt.svc.stores->with(
     [&](persistence::store& db) { return db.get_run(run.id); });
   if (!existing)
     throw error(errc::store_error, "call '" + run.id + "' vanished");
   check_same_call(*existing, run);
   if (existing->status == run_status::enqueued
       || existing->status == run_status::pending)
-    rt.objects->reach(run.object_type, run.object_key, true);
+    rt.svc.objects->reach(run.object_type, run.object_key, true);
   return run.id;
 }
 
@@ -162,7 +163,7 @@ std::optional<std::string> client::state_bytes(std::string_view type,
   if (!impl_->running())
     throw error(errc::not_running, "start() the runtime before reading objects");
   detail::runtime_impl::client_call call{*impl_};
-  auto object = impl_->stores->with(
+  auto object = impl_->svc.stores->with(
     [&](persistence::store& db) { return db.get_object(type, key); });
   if (!object || object->state.empty())
     return std::nullopt;
@@ -177,7 +178,7 @@ std::vector<std::string> client::list_objects(std::string_view type,
   if (!impl_->running())
     throw error(errc::not_running, "start() the runtime before listing objects");
   detail::runtime_impl::client_call call{*impl_};
-  return impl_->stores->with([&](persistence::store& db) {
+  return impl_->svc.stores->with([&](persistence::store& db) {
     return db.list_object_keys(type, after, limit);
   });
 }
@@ -199,7 +200,7 @@ std::string client::schedule_call(std::string_view type, std::string_view key,
   }
   delayed_call call{std::string{type}, std::string{key}, std::string{handler},
                     std::move(inputs),
-                    detail::saturating_add(impl_->clock->now_ms(),
+                    detail::saturating_add(impl_->svc.clock->now_ms(),
                                            delay.count())};
   start_options start;
   if (!opts.idempotency_key.empty())
@@ -211,7 +212,7 @@ std::string client::schedule_call(std::string_view type, std::string_view key,
     if (ex.code() != errc::conflicting_id)
       throw;
     // Scheduled before (at another time): the same call stands as it was.
-    auto existing = impl_->stores->with(
+    auto existing = impl_->svc.stores->with(
       [&](persistence::store& db) { return db.get_run(start.id); });
     if (!existing || existing->name != detail::delayed_call_workflow)
       throw;

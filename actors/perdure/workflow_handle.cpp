@@ -6,8 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "perdure/detail/clock.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/detail/runtime/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
 #include "perdure/persistence/text.hpp"
 
@@ -15,14 +15,14 @@ namespace perdure::detail {
 
 void on_run_end(runtime_impl& rt, const std::string& id,
                 std::function<void()> done) {
-  rt.on_end(id, std::move(done));
+  rt.svc.ends->on_end(id, std::move(done));
 }
 
 namespace {
 
 std::optional<run_outcome> stored_outcome(runtime_impl& rt,
                                           const std::string& id) {
-  auto run = rt.with_control(
+  auto run = rt.svc.admin->with(
     [&](persistence::store& db) { return db.get_run(id); });
   if (!run)
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
@@ -40,12 +40,12 @@ run_outcome await_run(runtime_impl& rt, const std::string& id,
     throw error(errc::not_running, "the runtime is not running");
   using clock = std::chrono::steady_clock;
   auto deadline = saturating_deadline(timeout);
-  rt.watch(id);
+  rt.svc.ends->watch(id);
   struct unwatch_guard {
     runtime_impl& rt;
     const std::string& id;
     ~unwatch_guard() {
-      rt.unwatch(id);
+      rt.svc.ends->unwatch(id);
     }
   } guard{rt, id};
   for (bool waited_long = false;; ) {
@@ -55,8 +55,8 @@ run_outcome await_run(runtime_impl& rt, const std::string& id,
     // (with hundreds of waiters, those reads and wake-ups cost more CPU
     // than the runs). Any other run may end elsewhere: poll the store. A
     // long wait that saw nothing reads too, should an end go unreported.
-    auto stops = rt.stops(id);
-    bool here = rt.is_active(id);
+    auto stops = rt.svc.ends->stops(id);
+    bool here = rt.svc.runs->is_active(id);
     if (!here || waited_long)
       if (auto outcome = stored_outcome(rt, id))
         return *outcome;
@@ -68,17 +68,17 @@ run_outcome await_run(runtime_impl& rt, const std::string& id,
                                                  std::chrono::seconds{1})
                      : clock::duration{rt.cfg.poll_interval};
     auto wait = std::min<clock::duration>(poll, deadline - now);
-    if (auto outcome = rt.wait_ended(
+    if (auto outcome = rt.svc.ends->wait_ended(
           id, std::chrono::ceil<std::chrono::milliseconds>(wait), stops))
       return *outcome;
-    waited_long = here && rt.stops(id) == stops;
+    waited_long = here && rt.svc.ends->stops(id) == stops;
   }
 }
 
 run_status status_of(runtime_impl& rt, const std::string& id) {
   if (!rt.running())
     throw error(errc::not_running, "the runtime is not running");
-  auto run = rt.with_control(
+  auto run = rt.svc.admin->with(
     [&](persistence::store& db) { return db.get_run(id); });
   if (!run)
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
@@ -90,11 +90,11 @@ run_status status_of(runtime_impl& rt, const std::string& id) {
 
 void cancel_run(runtime_impl& rt, const std::string& id) {
   runtime_impl::client_call call{rt};
-  auto cancelled = rt.stores->with([&](persistence::store& db) {
-    return db.cancel_run(id, rt.clock->now_ms());
+  auto cancelled = rt.svc.stores->with([&](persistence::store& db) {
+    return db.cancel_run(id, rt.svc.clock->now_ms());
   });
   if (cancelled.empty()) {
-    auto run = rt.stores->with(
+    auto run = rt.svc.stores->with(
       [&](persistence::store& db) { return db.get_run(id); });
     if (!run)
       throw error(errc::not_found, "no workflow run with id '" + id + "'");
@@ -104,13 +104,13 @@ void cancel_run(runtime_impl& rt, const std::string& id) {
     // until its next write was refused. (Its cancelled descendants are
     // refused at their next write as before.)
     if (run->status == run_status::cancelled) {
-      rt.apply_cancel({{id, false}});
-      rt.tell_parent(id);
+      rt.svc.notices->apply_cancel({{id, false}});
+      rt.svc.notices->tell_parent(id);
     }
     return;
   }
-  rt.apply_cancel(cancelled);
-  rt.tell_parent(id);
+  rt.svc.notices->apply_cancel(cancelled);
+  rt.svc.notices->tell_parent(id);
 }
 
 void throw_run_failure(const std::string& id, const run_outcome& outcome) {

@@ -19,7 +19,7 @@
 #include <sqlite3.h>
 
 #include "perdure/perdure.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
 #include "perdure/pqxx_session.hpp"
 #include "perdure/sqlite_session.hpp"
 #include "perdure/queues/queue.hpp"
@@ -818,14 +818,13 @@ namespace {
 // after a lease regain) does not stand against a claim of its key at a
 // newer epoch: that copy is this process's, and runs.
 TEST_F(review_test, a_fenced_invocation_runs_again_when_its_key_is_claimed_anew) {
-  perdure::detail::runtime_impl rt{db_.runtime_config(), false};
-  rt.start();
-  rt.fenced_from("call-1", 3);
-  EXPECT_FALSE(rt.owns("call-1", 3));
-  rt.invocation_started("call-1", caf::actor{}, 1, 4);
-  EXPECT_TRUE(rt.owns("call-1", 4))
+  perdure::detail::run_registry runs{100ms};
+  runs.open();
+  ASSERT_TRUE(runs.fenced_from("call-1", 3));
+  EXPECT_FALSE(runs.owns("call-1", 3));
+  runs.invocation_started("call-1", caf::actor{}, 1, 4);
+  EXPECT_TRUE(runs.owns("call-1", 4))
     << "the fencing at epoch 3 still refused the copy at epoch 4";
-  rt.stop();
 }
 
 } // namespace

@@ -10,6 +10,13 @@ flags=${3:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
+# The concept folders under detail/ are not installed: no installed header
+# may include one.
+if grep -rnE '#include "perdure/([a-z]+/)?detail/[a-z_]+/' \
+     "$work/prefix/include"; then
+  echo "installed headers include machinery that is not installed" >&2
+  exit 1
+fi
 cmake -S "$consumer_src" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" > "$work/configure.log" \

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <utility>
 
-#include "perdure/detail/client_access.hpp"
+#include "perdure/detail/runtime/client_access.hpp"
 #include "perdure/error.hpp"
 #include "perdure/testing/manual_clock.hpp"
 #include "perdure/workflow_handle.hpp"
@@ -69,12 +69,11 @@ config config_for(const crash_check_options& opts, const std::string& path,
 /// so sleeps and timers take no time.
 seen finish(runtime& rt, std::chrono::milliseconds timeout) {
   auto* clock = dynamic_cast<manual_clock*>(rt.cfg().clock.get());
-  auto& impl = *perdure::detail::client_access::impl(rt);
   auto end = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     try {
       auto slice = clock ? std::chrono::milliseconds{2} : timeout;
-      auto out = perdure::detail::await_run(impl, run_id, slice);
+      auto out = perdure::detail::client_access::await(rt, run_id, slice);
       if (out.status != run_status::pending
           && out.status != run_status::enqueued)
         return {out.status, out.output, out.error, true};

@@ -1,11 +1,16 @@
 #include "perdure/queues/queue.hpp"
 
-#include "perdure/detail/client_access.hpp"
-#include "perdure/detail/clock.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/runtime/ids.hpp"
+#include "perdure/detail/runtime/client_access.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/detail/runtime/client_gate.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/notice.hpp"
-#include "perdure/queues/detail/queue_service.hpp"
+#include "perdure/queues/detail/runtime/queue_service.hpp"
 
 #include <limits>
 
@@ -19,7 +24,7 @@ constexpr std::chrono::milliseconds never{std::int64_t{10'000} * 365 * 24
                                           * 3600 * 1000};
 
 using perdure::detail::client_access;
-using perdure::detail::runtime_impl;
+using perdure::detail::client_gate;
 
 void check_options(const std::string& name, const queue_options& o) {
   auto bad = [&](const char* what) {
@@ -104,21 +109,22 @@ persistence::run_record make_item(const config& cfg, std::string_view queue,
 void register_queue(runtime& rt, std::string name, queue_options opts) {
   perdure::detail::check_name("queue name", name);
   check_options(name, opts);
-  auto& impl = client_access::impl(rt);
-  if (impl->running())
+  auto& svc = client_access::services(rt);
+  if (svc.runs->running())
     throw perdure::error(errc::invalid_argument,
                          "register queue '" + name + "' before start()");
-  if (!impl->queues)
-    impl->queues = std::make_shared<detail::queue_service>(*impl);
-  static_cast<detail::queue_service&>(*impl->queues)
+  if (!svc.queues)
+    client_access::set_queue_hooks(
+      rt, std::make_shared<detail::queue_service>(svc));
+  static_cast<detail::queue_service&>(*svc.queues)
     .add(std::move(name), std::move(opts));
 }
 
 std::string detail::enqueue_bytes(client& c, std::string_view queue,
                                   std::string_view workflow,
                                   std::string inputs, enqueue_options opts) {
-  auto& rt = *client_access::impl(c);
-  if (!rt.running())
+  auto& rt = client_access::services(c);
+  if (!rt.runs->running())
     throw perdure::error(errc::not_running,
                          "start() the runtime before enqueueing");
   if (!rt.client_mode && rt.workflows.count(std::string{workflow}) == 0)
@@ -126,7 +132,7 @@ std::string detail::enqueue_bytes(client& c, std::string_view queue,
                          "no workflow registered as '" + std::string{workflow}
                            + "'");
   auto item = make_item(rt.cfg, queue, workflow, std::move(inputs), opts);
-  runtime_impl::client_call call{rt};
+  client_gate::call call{*rt.gate};
   auto result = rt.stores->with(
     [&](persistence::store& db) { return db.enqueue(item); });
   if (!result.created) {
@@ -218,21 +224,21 @@ std::string detail::stage_bytes(sql_session& tx, std::string_view queue,
 }
 
 queue_stats stats(client& c, std::string_view queue) {
-  auto& rt = *client_access::impl(c);
-  if (!rt.running())
+  auto& rt = client_access::services(c);
+  if (!rt.runs->running())
     throw perdure::error(errc::not_running, "the runtime is not running");
   perdure::detail::check_name("queue name", queue);
-  runtime_impl::client_call call{rt};
+  client_gate::call call{*rt.gate};
   return rt.stores->with([&](persistence::store& db) {
     return db.count_queue(queue, perdure::detail::now_ms());
   });
 }
 
 void requeue(client& c, const std::string& id) {
-  auto& rt = *client_access::impl(c);
-  if (!rt.running())
+  auto& rt = client_access::services(c);
+  if (!rt.runs->running())
     throw perdure::error(errc::not_running, "the runtime is not running");
-  runtime_impl::client_call call{rt};
+  client_gate::call call{*rt.gate};
   auto item = rt.stores->with([&](persistence::store& db) {
     return db.requeue(id, perdure::detail::now_ms());
   });

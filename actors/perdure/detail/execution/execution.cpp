@@ -7,9 +7,20 @@
 #include <spdlog/spdlog.h>
 
 #include "perdure/cancelled_error.hpp"
-#include "perdure/detail/clock.hpp"
+#include "perdure/detail/timer/clock.hpp"
 #include "perdure/final_status_error.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/text.hpp"
 #include "perdure/terminal_error.hpp"
 
@@ -76,7 +87,7 @@ void execution::run_steps(step_job j) {
     // Right before the body: a process that lost the run to another one,
     // or is stopping (stop() empties the active runs), runs none of its
     // steps any more.
-    if (!j.rt->may_run_step(j.proto.run_id, j.fence.epoch, j.seq)) {
+    if (!j.rt->lease->may_run_step(j.proto.run_id, j.fence.epoch, j.seq)) {
       send_signal(j.me, run_signal::drop, j.seq);
       return;
     }
@@ -87,7 +98,7 @@ void execution::run_steps(step_job j) {
       // Whatever leaves the body, a newer copy waiting for it goes on.
       struct body_done {
         step_job& j;
-        ~body_done() { j.rt->step_body_done(j.proto.run_id, j.seq); }
+        ~body_done() { j.rt->lease->step_body_done(j.proto.run_id, j.seq); }
       } done{j};
       if (auto& hooks = j.rt->cfg.testing; hooks && hooks->step_starting)
         hooks->step_starting(j.proto.run_id, j.seq);
@@ -191,10 +202,10 @@ void execution::on_host_failure() {
   // Not left for the next process start: housekeeping revives it (a run
   // that fails its actor every time ends at max_recovery_attempts).
   rt->run_stopped(run_id_, std::nullopt, epoch);
-  rt->orphaned(run_id_, true);
+  rt->runs->orphaned(run_id_, true);
 }
 
-void execution::init(execution_host& host, mailbox box, runtime_impl& r,
+void execution::init(execution_host& host, mailbox box, runtime_services& r,
                      persistence::run_record run,
                      std::vector<persistence::journal_entry> journal) {
   host_ = &host;
@@ -207,7 +218,7 @@ void execution::init(execution_host& host, mailbox box, runtime_impl& r,
   if (!run.call_chain.empty())
     call_chain = std::make_unique<std::string>(std::move(run.call_chain));
   cancel_requested_ = run.cancel_requested;
-  steps_ = rt->steps.get();
+  steps_ = rt->steps;
   if (!run.queue_name.empty()) {
     if (rt->queues)
       if (auto* pool = rt->queues->steps_for(run.queue_name))
@@ -528,7 +539,7 @@ bool execution::write_committed(std::int32_t ack, const char* what) {
 }
 
 void execution::lost_ownership() {
-  rt->report_fenced(run_id_);
+  rt->lease->report_fenced(run_id_);
   rt->fenced_from(run_id_, epoch);
   stop(std::nullopt);
 }
@@ -660,9 +671,9 @@ void execution::stop(std::optional<run_outcome> outcome) {
   auto ended = outcome.has_value();
   rt->run_stopped(run_id_, std::move(outcome), epoch);
   if (ended && parent_id) {
-    rt->wake(*parent_id, -1); // a parent may be waiting for this end
+    rt->launcher->wake(*parent_id, -1); // a parent may be waiting for this end
     // In another process (a call's caller):
-    rt->announce(persistence::notice::woken(*parent_id));
+    rt->notices->announce(persistence::notice::woken(*parent_id));
   }
   leave();
 }
@@ -677,12 +688,12 @@ void execution::leave() {
 
 void execution::restart() {
   stop(std::nullopt);
-  rt->orphaned(run_id_);
+  rt->runs->orphaned(run_id_);
 }
 
 void execution::crash() {
   rt->run_stopped(run_id_, std::nullopt, epoch);
-  rt->orphaned(run_id_, true);
+  rt->runs->orphaned(run_id_, true);
   leave();
 }
 

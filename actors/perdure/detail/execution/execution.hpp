@@ -33,7 +33,7 @@ class store;
 
 namespace perdure::detail {
 
-class runtime_impl;
+struct runtime_services;
 
 /// Where an execution's messages go: callable from any thread, and after
 /// the execution left (the message is then dropped).
@@ -114,7 +114,7 @@ struct step_job {
   step_body body;
   persistence::fence fence;
   persistence::journal_entry proto;
-  runtime_impl* rt = nullptr;
+  runtime_services* rt = nullptr;
 };
 
 /// One execution of a workflow run. Every member runs on the host's turn,
@@ -130,7 +130,7 @@ public:
 
   /// Takes over `run` (claimed, at its epoch) and the journal recorded so
   /// far; `box` reaches this execution on `host`. Tells itself to start.
-  void init(execution_host& host, mailbox box, runtime_impl& rt,
+  void init(execution_host& host, mailbox box, runtime_services& rt,
             persistence::run_record run,
             std::vector<persistence::journal_entry> journal);
 
@@ -184,7 +184,7 @@ private:
   std::optional<step_job>* inline_next_ = nullptr;
   bool left_ = false;
   mailbox mailbox_;
-  runtime_impl* rt = nullptr;
+  runtime_services* rt = nullptr;
   /// The fencing epoch; the executor is always this runtime's (kept once,
   /// in the config, not per run).
   std::int64_t epoch = 0;
@@ -297,7 +297,7 @@ private:
   /// (a crash in between), runs `again`; reports the outcome of operation
   /// `seq` to `me` (another run under that id: a terminal error).
   static void create_child_run(
-    runtime_impl& rt, const mailbox& me, std::int32_t seq,
+    runtime_services& rt, const mailbox& me, std::int32_t seq,
     const persistence::fence& fence, persistence::run_record child,
     const std::function<void(persistence::run_record&)>& start,
     const std::function<void(const persistence::run_record&)>& again);

@@ -4,8 +4,19 @@
 
 #include <spdlog/spdlog.h>
 
-#include "perdure/detail/clock.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/text.hpp"
 
 namespace perdure::detail {
@@ -58,7 +69,7 @@ void execution::dispatch() {
     auto send_failure = [&](persistence::outcome o, const char* what) {
       send_outcome(me, seq, o, {}, what, false);
     };
-    if (!rt->owns(checkpoint.run_id, fence.epoch)) {
+    if (!rt->runs->owns(checkpoint.run_id, fence.epoch)) {
       send_signal(me, run_signal::drop, seq);
       return;
     }
@@ -123,8 +134,8 @@ void execution::deliver() {
         return;
       }
       if (recorded->outcome == persistence::outcome::value) {
-        rt->wake(d->run_id(), -1);
-        rt->announce(persistence::notice::woken(d->run_id()));
+        rt->launcher->wake(d->run_id(), -1);
+        rt->notices->announce(persistence::notice::woken(d->run_id()));
       }
       send_outcome(me, seq, recorded->outcome, {}, recorded->error, true);
     } catch (const perdure::error& ex) {
@@ -170,19 +181,19 @@ void execution::start_child() {
       *rt, me, seq, fence, std::move(child),
       [rt, undo](persistence::run_record& created) {
         if (undo) // with the journal it was given; no actor yet
-          rt->revive(created.id, runtime_impl::revival::lost);
+          rt->launcher->revive(created.id, run_launcher::revival::lost);
         else
-          rt->spawn_run(std::move(created), {});
+          rt->launcher->spawn_run(std::move(created), {});
       },
       [rt](const persistence::run_record& again) {
         // Ours from before a crash: make sure it runs (at a new epoch).
-        rt->revive(again.id, runtime_impl::revival::lost);
+        rt->launcher->revive(again.id, run_launcher::revival::lost);
       });
   });
 }
 
 void execution::create_child_run(
-  runtime_impl& rt, const mailbox& me, std::int32_t seq,
+  runtime_services& rt, const mailbox& me, std::int32_t seq,
   const persistence::fence& fence, persistence::run_record child,
   const std::function<void(persistence::run_record&)>& start,
   const std::function<void(const persistence::run_record&)>& again) {

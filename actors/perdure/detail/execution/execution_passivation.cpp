@@ -2,8 +2,19 @@
 
 #include <spdlog/spdlog.h>
 
-#include "perdure/detail/clock.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/text.hpp"
 
 namespace perdure::detail {
@@ -15,9 +26,9 @@ void execution::passivate(std::int64_t wake_at) {
     return;
   }
   auto me = mailbox_;
-  auto seen = rt->wake_count(run_id_);
+  auto seen = rt->runs->wake_count(run_id_);
   rt->control->post([me, seq = op->seq, seen, wake_at, fence = owner(),
-                     id = run_id_, pool = rt->stores.get(),
+                     id = run_id_, pool = rt->stores,
                      log = &rt->log()] {
     bool ok = false;
     try {
@@ -74,7 +85,7 @@ void execution::stay_awake() {
   auto me = mailbox_;
   waking = true;
   rt->control->post([me, fence = owner(), id = run_id_,
-                     pool = rt->stores.get(), log = &rt->log()] {
+                     pool = rt->stores, log = &rt->log()] {
     try {
       pool->with([&](persistence::store& db) {
         return db.set_wake_at(fence, id, std::nullopt);

@@ -2,8 +2,19 @@
 
 #include <spdlog/spdlog.h>
 
-#include "perdure/detail/clock.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/text.hpp"
 
 namespace perdure::detail {

@@ -16,12 +16,23 @@
 #include <utility>
 #include <vector>
 
-#include "perdure/detail/caf_messages.hpp"
-#include "perdure/detail/clock.hpp"
+#include "perdure/detail/runtime/caf_messages.hpp"
+#include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/execution/execution.hpp"
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/object_entry.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
 
 namespace perdure::detail {
 
@@ -97,7 +108,7 @@ struct invocation final : execution_host {
 /// The object actor's state.
 struct object_host {
   object_actor* self = nullptr;
-  runtime_impl* rt = nullptr;
+  runtime_services* rt = nullptr;
   const object_entry* entry = nullptr;
   std::string type;
   std::string key;
@@ -341,7 +352,7 @@ std::unique_ptr<invocation> object_host::start(persistence::run_record run) {
   auto inv = std::make_unique<invocation>();
   inv->obj = this;
   inv->tag = next_tag++;
-  rt->invocation_started(run.id, caf::actor_cast<caf::actor>(self), inv->tag,
+  rt->runs->invocation_started(run.id, caf::actor_cast<caf::actor>(self), inv->tag,
                          owner.epoch);
   inv->exec.init(*inv,
                  std::make_shared<tagged_mailbox>(
@@ -413,8 +424,8 @@ void object_host::finished(std::unique_ptr<invocation> inv) {
 }
 
 void object_host::hold(persistence::run_record run) {
-  rt->invocation_started(run.id, caf::actor_cast<caf::actor>(self),
-                         runtime_impl::queued_exec, owner.epoch);
+  rt->runs->invocation_started(run.id, caf::actor_cast<caf::actor>(self),
+                         run_registry::queued_exec, owner.epoch);
   queue.push_back(std::move(run));
 }
 
@@ -628,7 +639,7 @@ void object_host::on(object_message& message) {
   std::visit(visitor{*this}, message);
 }
 
-caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
+caf::behavior object_behavior(object_actor* self, runtime_services* rt,
                               object_activation a) {
   auto& host = self->state;
   host.self = self;
@@ -674,7 +685,7 @@ caf::behavior object_behavior(object_actor* self, runtime_impl* rt,
 
 } // namespace
 
-caf::actor spawn_object_actor(caf::actor_system& sys, runtime_impl& rt,
+caf::actor spawn_object_actor(caf::actor_system& sys, runtime_services& rt,
                               object_activation a) {
   return sys.spawn(object_behavior, &rt, std::move(a));
 }

@@ -13,7 +13,7 @@
 
 namespace perdure::detail {
 
-class runtime_impl;
+struct runtime_services;
 struct object_entry;
 
 /// A key just claimed: what its actor starts from.
@@ -25,7 +25,7 @@ struct object_activation {
 };
 
 /// Spawns the actor of the key in `a`.
-caf::actor spawn_object_actor(caf::actor_system& sys, runtime_impl& rt,
+caf::actor spawn_object_actor(caf::actor_system& sys, runtime_services& rt,
                               object_activation a);
 
 /// Hands `run`, an invocation stored PENDING under the key's epoch, to the

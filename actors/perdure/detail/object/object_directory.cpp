@@ -4,11 +4,22 @@
 
 #include "perdure/detail/object/object_actor.hpp"
 #include "perdure/detail/object_entry.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
 
 namespace perdure::detail {
 
-object_directory::object_directory(runtime_impl& rt) : rt_(rt) {
+object_directory::object_directory(runtime_services& rt) : rt_(rt) {
 }
 
 std::string object_directory::id_of(const std::string& type,
@@ -46,7 +57,7 @@ void object_directory::deliver(const std::optional<caf::actor>& to,
         && i->second.epoch == run.owner.epoch) {
       ++i->second.handed;
       // Active here from now: its callers wait for its end, not the store.
-      rt_.invocation_started(run.id, *to, runtime_impl::queued_exec,
+      rt_.runs->invocation_started(run.id, *to, run_registry::queued_exec,
                              run.owner.epoch);
       hand_invocation(*to, std::move(run));
       return;
@@ -115,7 +126,7 @@ void object_directory::reach(const std::string& type, const std::string& key,
 bool object_directory::activate(const std::string& type,
                                 const std::string& key) {
   auto registered = rt_.object_types.find(type);
-  if (registered == rt_.object_types.end() || !rt_.running())
+  if (registered == rt_.object_types.end() || !rt_.runs->running())
     return false;
   auto id = id_of(type, key);
   std::optional<std::int64_t> unreadable_at;
@@ -152,7 +163,7 @@ bool object_directory::activate(const std::string& type,
   std::lock_guard guard{mtx_};
   // Spawned under the lock: the actor is in the directory before it can
   // ask to leave.
-  auto actor = rt_.spawn_object(std::move(a));
+  auto actor = rt_.launcher->spawn_object(std::move(a));
   if (!actor)
     return false; // stopping
   active_[id] = entry{*actor, epoch, 0};

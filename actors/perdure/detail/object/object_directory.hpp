@@ -21,11 +21,11 @@
 
 namespace perdure::detail {
 
-class runtime_impl;
+struct runtime_services;
 
 class object_directory {
 public:
-  explicit object_directory(runtime_impl& rt);
+  explicit object_directory(runtime_services& rt);
 
   /// Fills in `run`'s status and owner (PENDING under the key's epoch if
   /// the key is active here, else ENQUEUED) before it is stored; returns
@@ -104,7 +104,7 @@ private:
   /// Claims the key and spawns its actor; returns whether it is active here.
   bool activate(const std::string& type, const std::string& key);
 
-  runtime_impl& rt_;
+  runtime_services& rt_;
   std::mutex mtx_;
   std::condition_variable settled_;
   std::unordered_map<std::string, entry> active_;

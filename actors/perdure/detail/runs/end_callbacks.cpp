@@ -2,11 +2,22 @@
 
 #include <spdlog/spdlog.h>
 
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
 
 namespace perdure::detail {
 
-end_callbacks::end_callbacks(runtime_impl& rt) : rt_(rt) {
+end_callbacks::end_callbacks(runtime_services& rt) : rt_(rt) {
   thread_ = std::thread{[this] { loop(); }};
 }
 
@@ -88,7 +99,7 @@ void end_callbacks::run() {
     if (std::chrono::steady_clock::now() >= next_poll) {
       // Runs ending in other processes tell nobody here: read the store.
       for (auto& [id, callbacks] : pending_)
-        if (!rt_.is_active(id))
+        if (!rt_.runs->is_active(id))
           check.push_back(id);
       next_poll = std::chrono::steady_clock::now() + rt_.cfg.poll_interval;
     }

@@ -17,11 +17,11 @@
 
 namespace perdure::detail {
 
-class runtime_impl;
+struct runtime_services;
 
 class end_callbacks {
 public:
-  explicit end_callbacks(runtime_impl& rt);
+  explicit end_callbacks(runtime_services& rt);
 
   /// Runs the callbacks of runs that ended, then stops; the rest are
   /// dropped.
@@ -53,7 +53,7 @@ private:
   /// Returns the ids of `ids` whose runs ended, by the store.
   std::vector<std::string> read_ended(const std::vector<std::string>& ids);
 
-  runtime_impl& rt_;
+  runtime_services& rt_;
   std::mutex mtx_;
   std::condition_variable cv_;
   std::unordered_map<std::string, std::vector<std::function<void()>>> pending_;

@@ -7,9 +7,20 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "perdure/detail/caf_messages.hpp"
+#include "perdure/detail/runtime/caf_messages.hpp"
 #include "perdure/detail/execution/execution.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
 
 namespace perdure::detail {
 
@@ -60,7 +71,7 @@ struct run_host : execution_host {
   }
 };
 
-caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
+caf::behavior run_behavior(run_actor* self, runtime_services* rt,
                            persistence::run_record run,
                            std::vector<persistence::journal_entry> journal) {
   auto& host = self->state;
@@ -98,7 +109,7 @@ caf::behavior run_behavior(run_actor* self, runtime_impl* rt,
 
 void signal_run(const caf::actor& run, std::uint32_t exec, run_signal kind,
                 std::int32_t seq) {
-  if (exec == runtime_impl::queued_exec)
+  if (exec == run_registry::queued_exec)
     return; // not started: it looks at the store when it starts
   if (exec == 0)
     caf::anon_send(run, run_message{signalled{kind, seq}});
@@ -107,7 +118,7 @@ void signal_run(const caf::actor& run, std::uint32_t exec, run_signal kind,
                           tagged_run_message{exec, signalled{kind, seq}}});
 }
 
-caf::actor spawn_run_actor(caf::actor_system& sys, runtime_impl& rt,
+caf::actor spawn_run_actor(caf::actor_system& sys, runtime_services& rt,
                            persistence::run_record run,
                            std::vector<persistence::journal_entry> journal) {
   return sys.spawn(run_behavior, &rt, std::move(run), std::move(journal));

@@ -12,7 +12,7 @@
 
 namespace perdure::detail {
 
-class runtime_impl;
+struct runtime_services;
 
 /// Sends `kind` (about operation `seq`) to the execution `exec` of actor
 /// `run` (0: a run actor's one execution; else an object actor's).
@@ -23,7 +23,7 @@ void signal_run(const caf::actor& run, std::uint32_t exec, run_signal kind,
 /// (re)starts the workflow coroutine, feeding it the recorded outcomes in
 /// `journal` first, performs its durable operations, and records its final
 /// status.
-caf::actor spawn_run_actor(caf::actor_system& sys, runtime_impl& rt,
+caf::actor spawn_run_actor(caf::actor_system& sys, runtime_services& rt,
                            persistence::run_record run,
                            std::vector<persistence::journal_entry> journal);
 

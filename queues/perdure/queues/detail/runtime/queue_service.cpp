@@ -1,4 +1,4 @@
-#include "perdure/queues/detail/queue_service.hpp"
+#include "perdure/queues/detail/runtime/queue_service.hpp"
 
 #include <caf/send.hpp>
 
@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "perdure/detail/clock.hpp"
-#include "perdure/detail/runtime_impl.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
-#include "perdure/queues/detail/queue_actor.hpp"
+#include "perdure/queues/detail/runtime/queue_actor.hpp"
 
 namespace perdure::queues::detail {
 
@@ -32,7 +36,7 @@ persistence::queue_definition definition(const std::string& name,
 
 } // namespace
 
-queue_service::queue_service(perdure::detail::runtime_impl& rt) : rt_(rt) {
+queue_service::queue_service(perdure::detail::runtime_services& rt) : rt_(rt) {
 }
 
 queue_service::~queue_service() {
@@ -112,12 +116,12 @@ void queue_service::start_claimed(queue_entry& q) {
     }
     auto id = item->run.id;
     // Spawned outside the lock: spawning calls `holding`.
-    if (!rt_.spawn_run(std::move(item->run), std::move(item->journal))) {
+    if (!rt_.launcher->spawn_run(std::move(item->run), std::move(item->journal))) {
       {
         std::lock_guard guard{q.claimed_mtx};
         q.in_memory.erase(id);
       }
-      rt_.orphaned(id); // PENDING here: revived (nothing if stopping)
+      rt_.runs->orphaned(id); // PENDING here: revived (nothing if stopping)
     }
   }
 }

@@ -1,11 +1,11 @@
-#include "perdure/detail/ids.hpp"
+#include "perdure/detail/runtime/ids.hpp"
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <random>
 
-#include "perdure/detail/clock.hpp"
+#include "perdure/detail/timer/clock.hpp"
 #include "perdure/error.hpp"
 #include "perdure/persistence/text.hpp"
 

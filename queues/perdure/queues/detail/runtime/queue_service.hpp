@@ -14,14 +14,14 @@
 #include <unordered_set>
 #include <vector>
 
-#include "perdure/detail/queue_hooks.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/timer/ticker.hpp"
 #include "perdure/persistence/queue_store.hpp"
 #include "perdure/queues/queue_options.hpp"
 
 namespace perdure::detail {
-class runtime_impl;
+struct runtime_services;
 } // namespace perdure::detail
 
 namespace perdure::queues::detail {
@@ -63,7 +63,7 @@ struct queue_entry {
 
 class queue_service final : public perdure::detail::queue_hooks {
 public:
-  explicit queue_service(perdure::detail::runtime_impl& rt);
+  explicit queue_service(perdure::detail::runtime_services& rt);
   ~queue_service() override;
 
   /// Registers `name` (before the runtime starts).
@@ -73,7 +73,7 @@ public:
   /// workers).
   persistence::queue_claim_request claim_request(queue_entry& q) const;
 
-  perdure::detail::runtime_impl& runtime() const noexcept {
+  perdure::detail::runtime_services& runtime() const noexcept {
     return rt_;
   }
 
@@ -111,7 +111,7 @@ private:
   /// Looks for items nobody announced (one statement for every queue).
   void probe();
 
-  perdure::detail::runtime_impl& rt_;
+  perdure::detail::runtime_services& rt_;
   /// Set before start, read-only while running.
   std::unordered_map<std::string, std::unique_ptr<queue_entry>> queues_;
   std::mutex mtx_;

@@ -1,4 +1,4 @@
-#include "perdure/queues/detail/queue_actor.hpp"
+#include "perdure/queues/detail/runtime/queue_actor.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/behavior.hpp>
@@ -13,9 +13,13 @@
 #include <limits>
 #include <unordered_map>
 
-#include "perdure/detail/clock.hpp"
-#include "perdure/detail/runtime_impl.hpp"
-#include "perdure/queues/detail/queue_service.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/queues/detail/runtime/queue_service.hpp"
 
 namespace perdure::queues::detail {
 
@@ -45,7 +49,7 @@ using queue_actor = caf::stateful_actor<queue_state>;
 /// The `count` items of `queue` a claim stamped `stamped_ms` start later
 /// than the rate limit's margin after it (a slow commit or journal load):
 /// their stamps move to now, so the limit holds by actual start time.
-void restamp(perdure::detail::runtime_impl& rt, const std::string& queue,
+void restamp(perdure::detail::runtime_services& rt, const std::string& queue,
              std::int64_t stamped_ms, std::int64_t count) {
   try {
     rt.stores->with([&](persistence::store& db) {
@@ -91,7 +95,7 @@ void claim(queue_actor* self) {
       claimed = static_cast<std::int64_t>(c.runs.size());
       for (auto& run : c.runs) {
         ids.push_back(run.id);
-        rt.claimed_again(run.id); // back from its queue: ours anew
+        rt.runs->claimed_again(run.id); // back from its queue: ours anew
       }
       // One never started has no journal to load.
       std::vector<std::string> started;
@@ -124,7 +128,7 @@ void claim(queue_actor* self) {
                     "again in a second",
                     req.queue.name, ex.what());
       for (auto& id : ids) // claimed, then lost here: revived as orphans
-        rt.orphaned(id);
+        rt.runs->orphaned(id);
     }
     caf::anon_send(me, claimed_atom::value, claimed, c.concurrency_bound,
                    c.rate_wait_ms.value_or(-1), c.next_ready_ms.value_or(-1));
