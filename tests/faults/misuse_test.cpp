@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "perdure/perdure.hpp"
+#include "perdure/queues/queue.hpp"
 #include "perdure/testing/manual_clock.hpp"
 #include "support/test_support.hpp"
 
@@ -86,6 +87,29 @@ TEST_F(misuse_test, stop_called_from_step_code_is_a_clear_error) {
   });
   rt.start();
   EXPECT_EQ(rt.start_workflow<std::string>("stopper").get(10s),
+            "invalid_argument");
+}
+
+// Found by review of the runtime's split into services: a queue's worker
+// pool belongs to the runtime too, so stop() from an item's step is the
+// same clear error (it hung: stop() waited for the actor waiting for it).
+TEST_F(misuse_test, stop_called_from_a_queue_item_s_step_is_a_clear_error) {
+  runtime* self = nullptr;
+  runtime rt{db_.runtime_config()};
+  self = &rt;
+  rt.register_workflow("stopper", [&](workflow_context& ctx) -> task<std::string> {
+    co_return co_await ctx.step("stop", [&] {
+      try {
+        self->stop();
+        return std::string{"stopped"};
+      } catch (const perdure::error& ex) {
+        return std::string{to_string(ex.code())};
+      }
+    });
+  });
+  queues::register_queue(rt, "q", {.worker_concurrency = 1});
+  rt.start();
+  EXPECT_EQ(queues::enqueue<std::string>(rt, "q", "stopper").get(10s),
             "invalid_argument");
 }
 

@@ -161,9 +161,9 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     journal.push_back(persistence::open_store(opts));
   writer_ = std::make_unique<persistence::journal_writer>(
     std::move(journal), persistence::journal_writer::options{});
-  steps_ = std::make_unique<step_executor>(cfg.step_threads, this);
+  steps_ = std::make_unique<step_executor>(cfg.step_threads, &svc);
   control_ = std::make_unique<step_executor>(
-    std::max<std::size_t>(1, cfg.control_threads), this);
+    std::max<std::size_t>(1, cfg.control_threads), &svc);
   stores_ = std::make_unique<store_pool>(opts, cfg.pooled_connections);
   tx_stores_ = std::make_unique<store_pool>(opts, cfg.step_threads);
   system_cfg_ = std::make_unique<caf::actor_system_config>();
@@ -218,7 +218,7 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
 //              notice and no housekeeping after this; the actors finish
 //   3 release  in the order the parts depend on each other (see below)
 void runtime_impl::stop() {
-  if (step_executor::runs_on(this))
+  if (step_executor::runs_on(&svc)) // its executors and the queues' pools
     throw perdure::error(errc::invalid_argument,
                          "runtime::stop() was called from step code (or "
                          "another thread of the runtime), which stop() must "

@@ -131,7 +131,6 @@ private:
   // -- as long as the runtime (cont.) ---------------------------------------------
 
   completion_watchers ends_{svc};
-  lease_service lease_{svc};
   run_launcher launcher_{svc};
   recovery_service recovery_{svc};
   notice_router notices_{svc};
@@ -139,6 +138,8 @@ private:
   /// which may drop its keys).
   object_directory objects_{svc};
   std::shared_ptr<queue_hooks> queues_;
+  /// Declared after what its heartbeat's events reach: destroyed first.
+  lease_service lease_{svc};
 
   // -- while started, in the order they are built -----------------------------------
 

@@ -51,6 +51,9 @@ class step_executor;
 class store_pool;
 class timer_service;
 
+/// The view's address is also the owner of every thread pool of the
+/// runtime (`step_executor::runs_on(&svc)`: its executors and the queues'
+/// worker pools), which is how stop() tells it is called from one.
 struct runtime_services {
   // -- as long as the runtime (set at construction) -----------------------------
 
