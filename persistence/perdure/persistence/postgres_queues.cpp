@@ -9,7 +9,7 @@
 #include "perdure/error.hpp"
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/detail/pg_array.hpp"
-#include "perdure/persistence/detail/postgres_rows.hpp"
+#include "perdure/persistence/detail/sql/pg_sql.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
 #include "perdure/persistence/postgres_store.hpp"
 
@@ -80,7 +80,7 @@ create_result postgres_store::enqueue(const run_record& item) {
     timeout{item.timeout_ms};
   in_autocommit([&](pqxx::transaction_base& w) {
     auto s = w.quote_name(schema_) + ".";
-    auto cols = detail::pg_run_columns();
+    auto cols = detail::run_columns;
     // The notice goes out on commit, with the row.
     auto ins = w.exec_params(
       "WITH ins AS (INSERT INTO " + s
@@ -102,7 +102,7 @@ create_result postgres_store::enqueue(const run_record& item) {
       detail::delivery_channel(schema_), timeout.get());
     if (!ins.empty()) {
       result.created = true;
-      result.run = detail::read_pg_run(ins[0]);
+      result.run = detail::read_run(ins[0]);
       return;
     }
     // Taken: by id, or by an item queued or running with its dedup id (an
@@ -117,7 +117,7 @@ create_result postgres_store::enqueue(const run_record& item) {
                             item.queue_name, item.dedup_id);
     if (found.empty()) // the holder ended meanwhile: try again
       throw pqxx::serialization_failure("dedup holder ended");
-    result.run = detail::read_pg_run(found[0]);
+    result.run = detail::read_run(found[0]);
   });
   return result;
 }
@@ -127,7 +127,7 @@ namespace {
 /// `pg_run_columns()`, each qualified by table alias `t`.
 std::string run_columns_of(const std::string& t) {
   std::string out;
-  auto columns = detail::pg_run_columns();
+  auto columns = detail::run_columns;
   std::string_view all = columns;
   while (!all.empty()) {
     auto comma = all.find(',');
@@ -184,12 +184,12 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
           + " FROM pick p WHERE r.id = p.id AND "
           + detail::pg_holds_lease(s, "$2", "$7") + " RETURNING "
           + run_columns_of("r") + ", r.inbox_seq AS claim_seq, p.fresh) "
-          + "SELECT " + detail::pg_run_columns()
+          + "SELECT " + detail::run_columns
           + ", fresh FROM upd ORDER BY priority, claim_seq",
         req.queue.name, req.executor, req.now_ms, std::int64_t{req.capacity},
         names.str(), req.filter.app_version, lease());
       for (const auto& r : rows) {
-        out.runs.push_back(detail::read_pg_run(r));
+        out.runs.push_back(detail::read_run(r));
         out.fresh.push_back(r[r.size() - 1].as<bool>());
       }
       if (rows.empty()) {
@@ -334,11 +334,11 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
       "UPDATE " + s + "runs SET " + claim_set("", "$2", "$3")
         + " WHERE id = ANY($1::text[]) AND status = 'ENQUEUED' AND "
         + detail::pg_holds_lease(s, "$2", "$4") + " RETURNING "
-        + detail::pg_run_columns(),
+        + detail::run_columns,
       ids.str(), req.executor, req.now_ms, lease());
     std::unordered_map<std::string, run_record> by_id;
     for (const auto& r : claimed) {
-      auto run = detail::read_pg_run(r);
+      auto run = detail::read_run(r);
       auto id = run.id;
       by_id.emplace(std::move(id), std::move(run));
     }
@@ -455,12 +455,12 @@ std::optional<run_record> postgres_store::requeue(std::string_view id,
             "error = NULL, output = NULL, not_before = NULL, wake_at = NULL, "
             "updated_at = $2 WHERE id = $1 AND status = 'DEAD_LETTER' "
             "RETURNING "
-          + detail::pg_run_columns(),
+          + detail::run_columns,
         std::string{id}, at_ms);
       out.reset();
       if (res.empty())
         return;
-      out = detail::read_pg_run(res[0]);
+      out = detail::read_run(res[0]);
       back_in_queue(w, schema_, out->id, out->queue_name, at_ms);
     });
   } catch (const pqxx::unique_violation&) {

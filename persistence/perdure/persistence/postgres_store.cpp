@@ -11,11 +11,18 @@
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/detail/pg_array.hpp"
-#include "perdure/persistence/detail/postgres_rows.hpp"
+#include "perdure/persistence/detail/sql/pg_sql.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/retry.hpp"
+#include "perdure/persistence/detail/sql/rows.hpp"
 
 namespace perdure::persistence {
+
+using detail::qualified_run_columns;
+using detail::read_entry;
+using detail::read_run;
+using detail::run_column_count;
+using detail::run_columns;
 
 namespace {
 
@@ -78,72 +85,8 @@ std::string bytes(const pqxx::field& f) {
   return pqxx::binarystring{f}.str();
 }
 
-std::optional<std::string> opt_bytes(const pqxx::field& f) {
-  if (f.is_null())
-    return std::nullopt;
-  return bytes(f);
-}
 
-std::optional<std::string> opt_text(const pqxx::field& f) {
-  if (f.is_null())
-    return std::nullopt;
-  return f.as<std::string>();
-}
 
-constexpr const char* run_columns
-  = "id, name, status, inputs, output, error, executor, epoch, "
-    "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id, deadline, call_chain, saga_phase, cancel_requested_at, "
-    "queue_name, priority, partition_key, dedup_id, not_before, started_at, "
-    "attempts, object_type, object_key";
-
-/// How many columns `run_columns` names.
-constexpr int run_column_count = 27;
-
-/// Returns `run_columns` qualified by table alias `t` (defined below).
-std::string qualified_run_columns(const std::string& t);
-
-/// Reads the run columns starting at column `first`.
-run_record read_run(const pqxx::row& all, int first = 0) {
-  auto row = [&](int i) { return all[first + i]; };
-  run_record r;
-  r.id = row(0).as<std::string>();
-  r.name = row(1).as<std::string>();
-  auto status = parse_run_status(row(2).as<std::string>());
-  if (!status)
-    throw perdure::error(errc::store_error,
-                         "run " + r.id + " has an unknown status");
-  r.status = *status;
-  r.inputs = bytes(row(3));
-  r.output = opt_bytes(row(4));
-  r.error = opt_text(row(5));
-  r.owner.executor = row(6).as<std::string>();
-  r.owner.epoch = row(7).as<std::int64_t>();
-  r.recovery_attempts = row(8).as<std::int32_t>();
-  r.app_version = row(9).as<std::string>();
-  r.created_at_ms = row(10).as<std::int64_t>();
-  r.updated_at_ms = row(11).as<std::int64_t>();
-  if (!row(12).is_null())
-    r.wake_at_ms = row(12).as<std::int64_t>();
-  r.parent_id = opt_text(row(13));
-  if (!row(14).is_null())
-    r.deadline_ms = row(14).as<std::int64_t>();
-  r.call_chain = opt_text(row(15)).value_or(std::string{});
-  r.saga_phase = opt_text(row(16)).value_or(std::string{});
-  r.cancel_requested = !row(17).is_null();
-  r.queue_name = opt_text(row(18)).value_or(std::string{});
-  r.priority = row(19).as<std::int32_t>();
-  r.partition_key = row(20).as<std::string>();
-  r.dedup_id = opt_text(row(21)).value_or(std::string{});
-  if (!row(22).is_null())
-    r.not_before_ms = row(22).as<std::int64_t>();
-  if (!row(23).is_null())
-    r.started_at_ms = row(23).as<std::int64_t>();
-  r.attempts = row(24).as<std::int32_t>();
-  r.object_type = opt_text(row(25)).value_or(std::string{});
-  r.object_key = opt_text(row(26)).value_or(std::string{});
-  return r;
-}
 
 /// Returns the UPDATE that records final statuses, fenced, its seven array
 /// parameters numbered from `first`. Runs are found by primary key
@@ -282,17 +225,6 @@ struct postgres_store::creation_arrays {
 
 namespace {
 
-/// Reads a journal row selected as `run_id, seq, kind, name, outcome,
-/// payload, error, created_at` (a bad row comes back unreadable).
-journal_entry read_entry(const pqxx::row& row) {
-  return read_journal_row(
-    row[0].as<std::string>(), row[1].as<std::int64_t>(),
-    row[2].as<std::string>(), row[3].as<std::string>(),
-    row[4].as<std::int64_t>(),
-    row[5].is_null() ? std::string{} : bytes(row[5]),
-    row[6].is_null() ? std::string{} : row[6].as<std::string>(),
-    row[7].as<std::int64_t>());
-}
 
 /// Returns the SET clause of a delivery at time `at` (a parameter): the run
 /// row is always written, so a passivation committing meanwhile is ordered
@@ -364,8 +296,8 @@ void postgres_store::connect() {
            + std::to_string(idle_transaction_timeout_.count()));
   }
   auto s = c->quote_name(schema_) + ".";
-  c->prepare("get_run", std::string{"SELECT "} + run_columns + " FROM " + s
-                          + "runs WHERE id = $1");
+  schema_prefix_ = s;
+  prepared_.clear(); // a new connection has none
   // Insert-or-read in one statement (one round trip, autocommit). A row
   // inserted by a transaction still in flight is not visible to the read
   // half: the caller retries.
@@ -452,10 +384,6 @@ void postgres_store::connect() {
   c->prepare("notify", "SELECT pg_notify($1, $2)");
   c->prepare("set_saga_phase",
              "UPDATE " + s + "runs SET saga_phase = $2 WHERE id = $1");
-  c->prepare("awake_runs",
-             "SELECT id FROM " + s
-               + "runs WHERE executor = $1 AND status = 'PENDING' AND wake_at "
-                 "= 0");
   // A completed saga's undo: its journal up to its DONE phase, its inputs,
   // and a cancellation to observe there.
   c->prepare("copy_journal_for_undo",
@@ -474,10 +402,6 @@ void postgres_store::connect() {
                "'FORWARD', cancel_requested_at = $3 FROM " + s
                + "runs o WHERE u.id = $1 AND o.id = $2 RETURNING "
                + qualified_run_columns("u"));
-  c->prepare("signalled_sagas",
-             "SELECT id FROM " + s
-               + "runs WHERE executor = $1 AND status = 'PENDING' AND "
-                 "saga_phase = 'FORWARD' AND cancel_requested_at IS NOT NULL");
   c->prepare("run_exists",
              "SELECT 1 FROM " + s + "runs WHERE id = $1");
   c->prepare("send_message",
@@ -488,23 +412,13 @@ void postgres_store::connect() {
                + s
                + "messages (run_id, topic, payload, created_at) SELECT id, "
                  "$2, $3, $4 FROM woken");
-  c->prepare("next_message",
-             "SELECT id, payload FROM " + s
-               + "messages WHERE run_id = $1 AND topic = $2 AND id > $3 ORDER "
-                 "BY id LIMIT 1");
   c->prepare("upsert_event",
              "INSERT INTO " + s
                + "events (run_id, key, value, updated_at) VALUES ($1, $2, $3, "
                  "$4) ON CONFLICT (run_id, key) DO UPDATE SET value = "
                  "excluded.value, updated_at = excluded.updated_at");
-  c->prepare("get_event",
-             "SELECT value FROM " + s + "events WHERE run_id = $1 AND key = $2");
   c->prepare("wake_run", "UPDATE " + s + "runs SET " + mark_delivered("$2")
                           + " WHERE id = $1");
-  c->prepare("get_resolution",
-             "SELECT id, run_id, seq, outcome, payload, error, created_at "
-             "FROM "
-               + s + "resolutions WHERE id = $1");
   c->prepare("claim_runs",
              "UPDATE " + s
                + "runs SET epoch = epoch + 1, recovery_attempts = "
@@ -517,11 +431,6 @@ void postgres_store::connect() {
                + "runs SET executor = '', epoch = epoch + 1 WHERE executor = "
                  "$1 AND status = 'PENDING' AND object_type IS NULL AND NOT ("
                + claimable("$2", "$3") + ") AND " + holds_lease(s, "$1", "$4"));
-  c->prepare("load_journals",
-             "SELECT run_id, seq, kind, name, outcome, payload, error, "
-             "created_at FROM "
-               + s
-               + "journal WHERE run_id = ANY($1::text[]) ORDER BY run_id, seq");
   // The fence: lock FOR SHARE the named runs still under the expected owner
   // and epoch, and keep those still PENDING. A row a takeover updates
   // meanwhile is re-checked against the new epoch before it is locked
@@ -649,16 +558,6 @@ void postgres_store::migrate() {
   with_retry([&] {
     connect();
     return 0;
-  });
-}
-
-int postgres_store::schema_version() {
-  return with_retry([&] {
-    pqxx::read_transaction r{*conn_};
-    return r
-      .exec("SELECT COALESCE(MAX(version), 0) FROM "
-            + conn_->quote_name(schema_) + ".schema_migrations")[0][0]
-      .as<int>();
   });
 }
 
@@ -879,26 +778,6 @@ postgres_store::or_recorded(const journal_entry& checkpoint, F&& attempt) {
   }
 }
 
-std::optional<resolution>
-postgres_store::get_resolution(std::string_view id) {
-  return with_retry([&]() -> std::optional<resolution> {
-    pqxx::read_transaction t{*conn_};
-    auto res = t.exec_prepared("get_resolution", std::string{id});
-    if (res.empty())
-      return std::nullopt;
-    auto row = res[0];
-    resolution r;
-    r.id = row[0].as<std::string>();
-    r.run_id = row[1].as<std::string>();
-    r.seq = row[2].as<std::int32_t>();
-    r.result = static_cast<outcome>(row[3].as<int>());
-    r.payload = row[4].is_null() ? std::string{} : bytes(row[4]);
-    r.error = row[5].is_null() ? std::string{} : row[5].as<std::string>();
-    r.at_ms = row[6].as<std::int64_t>();
-    return r;
-  });
-}
-
 void postgres_store::notify(std::string_view payload) {
   with_retry([&] {
     pqxx::nontransaction w{*conn_};
@@ -907,67 +786,6 @@ void postgres_store::notify(std::string_view payload) {
   });
 }
 
-std::vector<std::string>
-postgres_store::awake_runs(std::string_view executor) {
-  return with_retry([&] {
-    pqxx::read_transaction t{*conn_};
-    std::vector<std::string> ids;
-    for (const auto& row : t.exec_prepared("awake_runs", std::string{executor}))
-      ids.push_back(row[0].as<std::string>());
-    return ids;
-  });
-}
-
-namespace {
-
-/// PENDING work of executor $1 that should be in memory at $2 (the
-/// runs_pending index: executor, status PENDING).
-constexpr const char* awake_pending_where
-  = "runs WHERE executor = $1 AND status = 'PENDING' AND (wake_at IS NULL "
-    "OR wake_at <= $2)";
-
-} // namespace
-
-std::int64_t postgres_store::count_awake_pending(std::string_view executor,
-                                                 std::int64_t now_ms) {
-  return with_retry([&] {
-    pqxx::read_transaction t{*conn_};
-    return t
-      .exec_params("SELECT count(*) FROM " + t.quote_name(schema_) + "."
-                     + awake_pending_where,
-                   std::string{executor}, now_ms)[0][0]
-      .as<std::int64_t>();
-  });
-}
-
-std::vector<awake_pending>
-postgres_store::list_awake_pending(std::string_view executor,
-                                   std::int64_t now_ms) {
-  return with_retry([&] {
-    pqxx::read_transaction t{*conn_};
-    std::vector<awake_pending> out;
-    for (const auto& row : t.exec_params(
-           "SELECT id, epoch, COALESCE(object_type, ''), COALESCE(object_key, "
-           "'') FROM "
-             + t.quote_name(schema_) + "." + awake_pending_where,
-           std::string{executor}, now_ms))
-      out.push_back({row[0].as<std::string>(), row[1].as<std::int64_t>(),
-                     row[2].as<std::string>(), row[3].as<std::string>()});
-    return out;
-  });
-}
-
-std::vector<std::string>
-postgres_store::signalled_sagas(std::string_view executor) {
-  return with_retry([&] {
-    pqxx::read_transaction t{*conn_};
-    std::vector<std::string> ids;
-    for (const auto& row :
-         t.exec_prepared("signalled_sagas", std::string{executor}))
-      ids.push_back(row[0].as<std::string>());
-    return ids;
-  });
-}
 
 bool postgres_store::send_message(std::string_view run_id,
                                   std::string_view topic,
@@ -977,19 +795,6 @@ bool postgres_store::send_message(std::string_view run_id,
     pqxx::nontransaction w{*conn_};
     return send_in(w, {std::string{run_id}, std::string{topic},
                        std::string{payload}, at_ms});
-  });
-}
-
-std::optional<message> postgres_store::next_message(std::string_view run_id,
-                                                    std::string_view topic,
-                                                    std::int64_t after) {
-  return with_retry([&]() -> std::optional<message> {
-    pqxx::read_transaction t{*conn_};
-    auto res = t.exec_prepared("next_message", std::string{run_id},
-                               std::string{topic}, after);
-    if (res.empty())
-      return std::nullopt;
-    return message{res[0][0].as<std::int64_t>(), bytes(res[0][1])};
   });
 }
 
@@ -1017,28 +822,6 @@ postgres_store::record_phase(const fence& owner, journal_entry checkpoint,
     });
 }
 
-std::optional<std::string> postgres_store::get_event(std::string_view run_id,
-                                                     std::string_view key) {
-  return with_retry([&]() -> std::optional<std::string> {
-    pqxx::read_transaction t{*conn_};
-    auto res = t.exec_prepared("get_event", std::string{run_id},
-                               std::string{key});
-    if (res.empty())
-      return std::nullopt;
-    return bytes(res[0][0]);
-  });
-}
-
-std::optional<run_record> postgres_store::get_run(std::string_view id) {
-  return with_retry([&]() -> std::optional<run_record> {
-    pqxx::read_transaction r{*conn_};
-    auto res = r.exec_prepared("get_run", std::string{id});
-    if (res.empty())
-      return std::nullopt;
-    return read_run(res[0]);
-  });
-}
-
 std::vector<run_record>
 postgres_store::claim_pending_runs(std::string_view executor,
                                    const claim_filter& filter,
@@ -1057,20 +840,6 @@ postgres_store::claim_pending_runs(std::string_view executor,
     std::sort(result.begin(), result.end(), [](auto& a, auto& b) {
       return std::tie(a.created_at_ms, a.id) < std::tie(b.created_at_ms, b.id);
     });
-    return result;
-  });
-}
-
-std::vector<journal_entry>
-postgres_store::load_journals(const std::vector<std::string>& run_ids) {
-  detail::pg_array ids;
-  for (auto& id : run_ids)
-    ids.add(id);
-  return with_retry([&] {
-    pqxx::read_transaction r{*conn_};
-    std::vector<journal_entry> result;
-    for (const auto& row : r.exec_prepared("load_journals", ids.str()))
-      result.push_back(read_entry(row));
     return result;
   });
 }
@@ -1314,23 +1083,6 @@ namespace perdure::persistence {
 
 namespace {
 
-/// Returns `run_columns` qualified by table alias `t`.
-std::string qualified_run_columns(const std::string& t) {
-  std::string out;
-  std::string_view all{run_columns};
-  while (!all.empty()) {
-    auto comma = all.find(',');
-    auto name = all.substr(0, comma);
-    while (!name.empty() && name.front() == ' ')
-      name.remove_prefix(1);
-    if (!out.empty())
-      out += ", ";
-    out += t + "." + std::string{name};
-    all = comma == std::string_view::npos ? std::string_view{}
-                                          : all.substr(comma + 1);
-  }
-  return out;
-}
 
 /// Returns the first key of this schema's executor locks: a hash of the
 /// schema's name (the second key is the executor's `lock_key`), so two
@@ -1469,15 +1221,6 @@ void postgres_store::prepare_executors(connection& c,
               + s
               + "runs r WHERE r.executor = e.id AND r.status = 'PENDING') FOR "
                 "UPDATE SKIP LOCKED)");
-  c.prepare("list_runs",
-            std::string{"SELECT id, name, "} + detail::reported_status
-              + ", executor, created_at, updated_at, error, parent_id FROM "
-              + s + "runs WHERE ($1::text IS NULL OR "
-              + detail::reported_status + " = $1) AND ($2::text IS "
-                "NULL OR name = $2) AND ($3::bigint IS NULL OR created_at >= "
-                "$3) AND ($4::bigint IS NULL OR created_at < $4) AND "
-                "($5::bigint IS NULL OR (created_at, id) < ($5, $6)) ORDER BY "
-                "created_at DESC, id DESC LIMIT $7");
 }
 
 std::int64_t postgres_store::acquire_lease(const lease_request& r) {
@@ -1641,35 +1384,6 @@ std::int64_t postgres_store::count_unclaimable(std::string_view executor,
   });
 }
 
-run_page postgres_store::list_runs(const run_filter& f) {
-  auto q = listing_query::from(f);
-  return with_retry([&] {
-    pqxx::read_transaction t{*conn_};
-    auto opt = [](const std::optional<std::string>& v) {
-      return v ? v->c_str() : nullptr;
-    };
-    auto res = t.exec_prepared("list_runs", opt(q.status), opt(q.name),
-                               opt(q.after), opt(q.before), opt(q.cursor_at),
-                               opt(q.cursor_id), q.limit);
-    run_page page;
-    for (const auto& row : res) {
-      run_info info;
-      info.id = row[0].as<std::string>();
-      info.name = row[1].as<std::string>();
-      info.status = parse_run_status(row[2].as<std::string>())
-                      .value_or(run_status::error);
-      info.executor = row[3].as<std::string>();
-      info.created_at = from_ms(row[4].as<std::int64_t>());
-      info.updated_at = from_ms(row[5].as<std::int64_t>());
-      info.error = opt_text(row[6]);
-      info.parent_id = opt_text(row[7]);
-      page.runs.push_back(std::move(info));
-    }
-    q.finish(page);
-    return page;
-  });
-}
-
 // -- objects ------------------------------------------------------------------------
 
 namespace {
@@ -1823,8 +1537,6 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
                 "= 'ENQUEUED' OR (r.status = 'PENDING' AND (r.executor <> $3 "
                 "OR r.epoch <> $4))) RETURNING "
               + cols);
-  c.prepare("get_object", "SELECT state, version, executor, epoch, updated_at "
-                          "FROM " + s + "objects WHERE type = $1 AND key = $2");
   c.prepare("claimable_objects",
             "SELECT DISTINCT r.object_type, r.object_key FROM " + s
               + "runs r LEFT JOIN " + s
@@ -1835,9 +1547,6 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
               + oldest_admitted(s, "r.object_type", "r.object_key", "$5", "$6")
               + ") OR (o.executor = $1 AND ($4 OR r.status = 'ENQUEUED' OR "
                 "r.epoch <> o.epoch))) LIMIT $3");
-  c.prepare("list_object_keys", "SELECT key FROM " + s
-                                  + "objects WHERE type = $1 AND key > $2 "
-                                    "ORDER BY key LIMIT $3");
   // An invocation's end: its key held by its owner (locked, so a claim
   // waits for this commit), its run completed under the same fence, and
   // the key's state set to the newest state among the invocations that
@@ -1982,18 +1691,6 @@ postgres_store::take_inbox(std::string_view type, std::string_view key,
   });
 }
 
-std::optional<object_record>
-postgres_store::get_object(std::string_view type, std::string_view key) {
-  return with_retry([&]() -> std::optional<object_record> {
-    pqxx::nontransaction w{*conn_};
-    auto res = w.exec_prepared("get_object", std::string{type},
-                               std::string{key});
-    if (res.empty())
-      return std::nullopt;
-    return read_object(res[0], type, key);
-  });
-}
-
 std::vector<std::pair<std::string, std::string>>
 postgres_store::claimable_objects(std::string_view executor,
                                   const object_claim_filter& can,
@@ -2009,19 +1706,6 @@ postgres_store::claimable_objects(std::string_view executor,
            "claimable_objects", std::string{executor}, names.str(), limit,
            all_ours, handlers, can.app_version))
       out.emplace_back(row[0].as<std::string>(), row[1].as<std::string>());
-    return out;
-  });
-}
-
-std::vector<std::string> postgres_store::list_object_keys(
-  std::string_view type, std::string_view after, std::int64_t limit) {
-  return with_retry([&] {
-    pqxx::nontransaction w{*conn_};
-    std::vector<std::string> out;
-    for (const auto& row : w.exec_prepared("list_object_keys",
-                                           std::string{type},
-                                           std::string{after}, limit))
-      out.push_back(row[0].as<std::string>());
     return out;
   });
 }
@@ -2053,17 +1737,22 @@ void postgres_store::in_autocommit(
 
 namespace perdure::persistence::detail {
 
-std::string pg_run_columns() {
-  return run_columns;
-}
-
-run_record read_pg_run(const pqxx::row& row, int first) {
-  return read_run(row, first);
-}
-
 std::string pg_holds_lease(const std::string& s, const std::string& executor,
                            const std::string& lease) {
   return holds_lease(s, executor, lease);
 }
 
 } // namespace perdure::persistence::detail
+
+namespace perdure::persistence {
+
+void postgres_store::read(const std::function<void(detail::sql_tx&)>& body) {
+  with_retry([&] {
+    pqxx::read_transaction t{*conn_};
+    detail::pg_tx tx{t, prepared_, schema_prefix_};
+    body(tx);
+    return 0;
+  });
+}
+
+} // namespace perdure::persistence

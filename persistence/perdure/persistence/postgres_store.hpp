@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "perdure/persistence/store.hpp"
+#include "perdure/persistence/sql_store.hpp"
 
 namespace pqxx {
 class transaction_base;
@@ -17,7 +17,7 @@ namespace perdure::persistence {
 
 /// The production store: PostgreSQL through libpqxx. Each instance owns one
 /// connection; several processes may share one database and schema.
-class postgres_store final : public store {
+class postgres_store final : public sql_store {
 public:
   /// Connects to `opts.url` (a libpq URI or keyword string) and uses
   /// `opts.schema` (see `store_options`).
@@ -32,7 +32,6 @@ public:
   }
 
   void migrate() override;
-  int schema_version() override;
   create_result create_run(const run_record& run) override;
   std::optional<create_result> create_child(const fence& parent,
                                             const run_record& child) override;
@@ -41,7 +40,6 @@ public:
                                       const claim_filter& filter,
                                       bool count_attempt,
                                       bool new_epoch) override;
-  run_page list_runs(const run_filter& filter) override;
   std::int64_t acquire_lease(const lease_request& r) override;
   std::optional<lease_renewal> renew_lease(std::string_view executor,
                                            std::int64_t epoch) override;
@@ -64,20 +62,10 @@ public:
   std::optional<journal_entry> deliver(const fence& owner,
                                        journal_entry checkpoint,
                                        const delivery& d) override;
-  std::optional<resolution> get_resolution(std::string_view id) override;
   void notify(std::string_view payload) override;
   using delivery_store::notify;
-  std::vector<std::string> awake_runs(std::string_view executor) override;
-  std::int64_t count_awake_pending(std::string_view executor,
-                                   std::int64_t now_ms) override;
-  std::vector<awake_pending>
-  list_awake_pending(std::string_view executor, std::int64_t now_ms) override;
-  std::vector<std::string> signalled_sagas(std::string_view executor) override;
   bool send_message(std::string_view run_id, std::string_view topic,
                     std::string_view payload, std::int64_t at_ms) override;
-  std::optional<message> next_message(std::string_view run_id,
-                                      std::string_view topic,
-                                      std::int64_t after) override;
   std::optional<journal_entry> record_event(const fence& owner,
                                             journal_entry checkpoint,
                                             const std::string& key,
@@ -85,14 +73,9 @@ public:
   std::optional<journal_entry> record_phase(const fence& owner,
                                             journal_entry checkpoint,
                                             const std::string& phase) override;
-  std::optional<std::string> get_event(std::string_view run_id,
-                                       std::string_view key) override;
-  std::optional<run_record> get_run(std::string_view id) override;
   std::vector<run_record> claim_pending_runs(std::string_view executor,
                                              const claim_filter& filter,
                                              std::int64_t now_ms) override;
-  std::vector<journal_entry>
-  load_journals(const std::vector<std::string>& run_ids) override;
   batch_result write_batch(const persistence::write_batch& batch) override;
   std::optional<journal_entry>
   run_transaction(const fence& owner, journal_entry checkpoint,
@@ -107,14 +90,9 @@ public:
   std::optional<std::vector<run_record>>
   take_inbox(std::string_view type, std::string_view key,
              const fence& owner) override;
-  std::optional<object_record> get_object(std::string_view type,
-                                          std::string_view key) override;
   std::vector<std::pair<std::string, std::string>>
   claimable_objects(std::string_view executor, const object_claim_filter& can,
                     std::int64_t limit, bool all_ours) override;
-  std::vector<std::string> list_object_keys(std::string_view type,
-                                            std::string_view after,
-                                            std::int64_t limit) override;
 
   void define_queue(const queue_definition& q) override;
   create_result enqueue(const run_record& item) override;
@@ -131,6 +109,9 @@ public:
                                     std::int64_t at_ms) override;
   queue_stats count_queue(std::string_view queue,
                            std::int64_t now_ms) override;
+
+protected:
+  void read(const std::function<void(detail::sql_tx&)>& body) override;
 
 private:
   /// Runs `body` in a transaction on this connection, retried as every
@@ -202,6 +183,10 @@ private:
 
   std::string url_;
   std::string schema_;
+  /// The quoted schema and a dot, for the SQL layer's `{s}`.
+  std::string schema_prefix_;
+  /// The SQL layer's statements prepared on this connection so far.
+  std::unordered_set<std::string> prepared_;
   std::chrono::milliseconds retry_budget_;
   std::shared_ptr<const std::atomic<std::int64_t>> lease_epoch_;
   std::chrono::milliseconds idle_transaction_timeout_;

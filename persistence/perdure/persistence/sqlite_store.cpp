@@ -21,6 +21,8 @@
 #include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/retry.hpp"
 #include "perdure/persistence/detail/sqlite_statement.hpp"
+#include "perdure/persistence/detail/sql/rows.hpp"
+#include "perdure/persistence/detail/sql/sql_tx.hpp"
 
 namespace perdure::persistence {
 
@@ -46,66 +48,31 @@ detail::failure_kind classify(std::exception_ptr ep) {
 
 // -- user SQL -----------------------------------------------------------------
 
+using detail::run_columns;
+
+/// The current row of a stepped statement, for the shared decoders.
+class sqlite_store::row final : public detail::sql_row {
+public:
+  explicit row(statement& st) : st_(st) {}
+
+  bool is_null(int col) const override {
+    return st_.is_null(col);
+  }
+  std::int64_t int64(int col) const override {
+    return st_.int64(col);
+  }
+  std::string text(int col) const override {
+    return st_.text(col);
+  }
+  std::string bytes(int col) const override {
+    return st_.text(col);
+  }
+
+private:
+  statement& st_;
+};
+
 namespace {
-
-
-constexpr const char* run_columns
-  = "id, name, status, inputs, output, error, executor, epoch, "
-    "recovery_attempts, app_version, created_at, updated_at, wake_at, "
-    "parent_id, deadline, call_chain, saga_phase, cancel_requested_at, "
-    "queue_name, priority, partition_key, dedup_id, not_before, started_at, "
-    "attempts, object_type, object_key";
-
-/// Reads a journal row selected as `run_id, seq, kind, name, outcome,
-/// payload, error, created_at` (a bad row comes back unreadable).
-template <class Statement>
-journal_entry read_entry(Statement& st) {
-  return read_journal_row(st.text(0), st.int64(1), st.text(2), st.text(3),
-                          st.int64(4), st.text(5), st.text(6), st.int64(7));
-}
-
-template <class Statement>
-run_record read_run(Statement& st) {
-  run_record r;
-  r.id = st.text(0);
-  r.name = st.text(1);
-  auto status = parse_run_status(st.text(2));
-  if (!status)
-    throw perdure::error(errc::store_error, "run " + r.id
-                                              + " has an unknown status");
-  r.status = *status;
-  r.inputs = st.text(3);
-  r.output = st.opt_text(4);
-  r.error = st.opt_text(5);
-  r.owner.executor = st.text(6);
-  r.owner.epoch = st.int64(7);
-  r.recovery_attempts = static_cast<std::int32_t>(st.int64(8));
-  r.app_version = st.text(9);
-  r.created_at_ms = st.int64(10);
-  r.updated_at_ms = st.int64(11);
-  if (!st.is_null(12))
-    r.wake_at_ms = st.int64(12);
-  r.parent_id = st.opt_text(13);
-  if (!st.is_null(14))
-    r.deadline_ms = st.int64(14);
-  r.call_chain = st.opt_text(15).value_or(std::string{});
-  r.saga_phase = st.opt_text(16).value_or(std::string{});
-  r.cancel_requested = !st.is_null(17);
-  r.queue_name = st.opt_text(18).value_or(std::string{});
-  r.priority = static_cast<std::int32_t>(st.int64(19));
-  r.partition_key = st.text(20);
-  r.dedup_id = st.opt_text(21).value_or(std::string{});
-  if (!st.is_null(22))
-    r.not_before_ms = st.int64(22);
-  if (!st.is_null(23))
-    r.started_at_ms = st.int64(23);
-  r.attempts = static_cast<std::int32_t>(st.int64(24));
-  if (!st.is_null(25))
-    r.object_type = st.text(25);
-  if (!st.is_null(26))
-    r.object_key = st.text(26);
-  return r;
-}
 
 } // namespace
 
@@ -260,16 +227,6 @@ void sqlite_store::migrate() {
   statements_.clear();
 }
 
-int sqlite_store::schema_version() {
-  return with_retry([&] {
-    auto& st = prepare("SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
-    st.step();
-    auto v = static_cast<int>(st.int64(0));
-    st.reset();
-    return v;
-  });
-}
-
 bool sqlite_store::insert_run(const run_record& run, inserted_run* out) {
   // An invocation to hand to its key's actor (PENDING under the key's
   // epoch) is stored ENQUEUED if older calls of the key wait that the
@@ -321,7 +278,7 @@ run_record sqlite_store::read_run_row(std::string_view id) {
   if (!sel.step())
     throw perdure::error(errc::store_error,
                          "run vanished: " + std::string{id});
-  auto run = read_run(sel);
+  auto run = detail::read_run(row{sel});
   sel.reset();
   return run;
 }
@@ -520,26 +477,6 @@ sqlite_store::deliver(const fence& owner, journal_entry checkpoint,
   });
 }
 
-std::optional<resolution> sqlite_store::get_resolution(std::string_view id) {
-  return with_retry([&]() -> std::optional<resolution> {
-    auto& st = prepare("SELECT id, run_id, seq, outcome, payload, error, "
-                       "created_at FROM resolutions WHERE id = ?1");
-    st.bind(1, id);
-    if (!st.step())
-      return std::nullopt;
-    resolution r;
-    r.id = st.text(0);
-    r.run_id = st.text(1);
-    r.seq = static_cast<std::int32_t>(st.int64(2));
-    r.result = static_cast<outcome>(st.int64(3));
-    r.payload = st.text(4);
-    r.error = st.opt_text(5).value_or(std::string{});
-    r.at_ms = st.int64(6);
-    st.reset();
-    return r;
-  });
-}
-
 void sqlite_store::notify(std::string_view payload) {
   in_transaction([&] {
     notice_in(payload);
@@ -584,65 +521,6 @@ sqlite_store::notices_after(std::int64_t after) {
   });
 }
 
-std::vector<std::string> sqlite_store::awake_runs(std::string_view executor) {
-  return with_retry([&] {
-    auto& st = prepare("SELECT id FROM runs WHERE executor = ?1 AND status = "
-                       "'PENDING' AND wake_at = 0");
-    st.bind(1, executor);
-    std::vector<std::string> ids;
-    while (st.step())
-      ids.push_back(st.text(0));
-    st.reset();
-    return ids;
-  });
-}
-
-std::int64_t sqlite_store::count_awake_pending(std::string_view executor,
-                                               std::int64_t now_ms) {
-  return with_retry([&] {
-    auto& st = prepare("SELECT count(*) FROM runs WHERE executor = ?1 AND "
-                       "status = 'PENDING' AND (wake_at IS NULL OR wake_at "
-                       "<= ?2)");
-    st.bind(1, executor).bind(2, now_ms);
-    st.step();
-    auto n = st.int64(0);
-    st.reset();
-    return n;
-  });
-}
-
-std::vector<awake_pending>
-sqlite_store::list_awake_pending(std::string_view executor,
-                                 std::int64_t now_ms) {
-  return with_retry([&] {
-    auto& st = prepare("SELECT id, epoch, COALESCE(object_type, ''), "
-                       "COALESCE(object_key, '') FROM runs WHERE executor = "
-                       "?1 AND status = 'PENDING' AND (wake_at IS NULL OR "
-                       "wake_at <= ?2)");
-    st.bind(1, executor).bind(2, now_ms);
-    std::vector<awake_pending> out;
-    while (st.step())
-      out.push_back({st.text(0), st.int64(1), st.text(2), st.text(3)});
-    st.reset();
-    return out;
-  });
-}
-
-std::vector<std::string>
-sqlite_store::signalled_sagas(std::string_view executor) {
-  return with_retry([&] {
-    auto& st = prepare("SELECT id FROM runs WHERE executor = ?1 AND status = "
-                       "'PENDING' AND saga_phase = 'FORWARD' AND "
-                       "cancel_requested_at IS NOT NULL");
-    st.bind(1, executor);
-    std::vector<std::string> ids;
-    while (st.step())
-      ids.push_back(st.text(0));
-    st.reset();
-    return ids;
-  });
-}
-
 bool sqlite_store::send_message(std::string_view run_id,
                                 std::string_view topic,
                                 std::string_view payload, std::int64_t at_ms) {
@@ -663,21 +541,6 @@ bool sqlite_store::send_in(const outgoing_message& m) {
     .bind(4, m.at_ms)
     .run();
   return true;
-}
-
-std::optional<message> sqlite_store::next_message(std::string_view run_id,
-                                                  std::string_view topic,
-                                                  std::int64_t after) {
-  return with_retry([&]() -> std::optional<message> {
-    auto& st = prepare("SELECT id, payload FROM messages WHERE run_id = ?1 AND "
-                       "topic = ?2 AND id > ?3 ORDER BY id LIMIT 1");
-    st.bind(1, run_id).bind(2, topic).bind(3, after);
-    if (!st.step())
-      return std::nullopt;
-    message m{st.int64(0), st.text(1)};
-    st.reset();
-    return m;
-  });
 }
 
 std::optional<journal_entry>
@@ -717,32 +580,6 @@ sqlite_store::record_phase(const fence& owner, journal_entry checkpoint,
       .bind(2, phase)
       .run();
     return checkpoint;
-  });
-}
-
-std::optional<std::string> sqlite_store::get_event(std::string_view run_id,
-                                                   std::string_view key) {
-  return with_retry([&]() -> std::optional<std::string> {
-    auto& st = prepare("SELECT value FROM events WHERE run_id = ?1 AND key = ?2");
-    st.bind(1, run_id).bind(2, key);
-    if (!st.step())
-      return std::nullopt;
-    auto v = st.text(0);
-    st.reset();
-    return v;
-  });
-}
-
-std::optional<run_record> sqlite_store::get_run(std::string_view id) {
-  return with_retry([&]() -> std::optional<run_record> {
-    auto& sel = prepare(std::string{"SELECT "} + run_columns
-                        + " FROM runs WHERE id = ?1");
-    sel.bind(1, id);
-    if (!sel.step())
-      return std::nullopt;
-    auto r = read_run(sel);
-    sel.reset();
-    return r;
   });
 }
 
@@ -790,23 +627,6 @@ sqlite_store::claim_where(const std::string& which, std::string_view arg,
   return result;
 }
 
-std::vector<journal_entry>
-sqlite_store::load_journals(const std::vector<std::string>& run_ids) {
-  return with_retry([&] {
-    std::vector<journal_entry> result;
-    auto& sel = prepare("SELECT run_id, seq, kind, name, outcome, payload, "
-                        "error, created_at FROM journal WHERE run_id = ?1 "
-                        "ORDER BY seq");
-    for (auto& id : run_ids) {
-      sel.reset().bind(1, id);
-      while (sel.step())
-        result.push_back(read_entry(sel));
-    }
-    sel.reset();
-    return result;
-  });
-}
-
 std::optional<journal_entry>
 sqlite_store::recorded_entry(const std::string& run_id, std::int32_t seq) {
   auto& sel = prepare("SELECT run_id, seq, kind, name, outcome, payload, "
@@ -815,7 +635,7 @@ sqlite_store::recorded_entry(const std::string& run_id, std::int32_t seq) {
   sel.bind(1, run_id).bind(2, std::int64_t{seq});
   if (!sel.step())
     return std::nullopt;
-  auto e = read_entry(sel);
+  auto e = detail::read_entry(row{sel});
   sel.reset();
   return e;
 }
@@ -1072,46 +892,6 @@ std::int64_t sqlite_store::count_unclaimable(std::string_view executor,
   });
 }
 
-run_page sqlite_store::list_runs(const run_filter& f) {
-  auto q = listing_query::from(f);
-  return with_retry([&] {
-    auto& sel = prepare(
-      std::string{"SELECT id, name, "} + detail::reported_status
-      + ", executor, created_at, updated_at, error, parent_id FROM runs WHERE "
-        "(?1 IS NULL OR "
-      + detail::reported_status + " = ?1) AND (?2 IS NULL "
-      "OR name = ?2) AND (?3 IS NULL OR created_at >= CAST(?3 AS INTEGER)) "
-      "AND (?4 IS NULL OR created_at < CAST(?4 AS INTEGER)) AND (?5 IS NULL "
-      "OR (created_at, id) < (CAST(?5 AS INTEGER), ?6)) ORDER BY created_at "
-      "DESC, id DESC LIMIT ?7");
-    sel.bind_opt(1, q.status)
-      .bind_opt(2, q.name)
-      .bind_opt(3, q.after)
-      .bind_opt(4, q.before)
-      .bind_opt(5, q.cursor_at)
-      .bind_opt(6, q.cursor_id)
-      .bind(7, q.limit);
-    run_page page;
-    while (sel.step()) {
-      run_info info;
-      info.id = sel.text(0);
-      info.name = sel.text(1);
-      info.status = parse_run_status(sel.text(2)).value_or(run_status::error);
-      info.executor = sel.text(3);
-      info.created_at = from_ms(sel.int64(4));
-      info.updated_at = from_ms(sel.int64(5));
-      if (!sel.is_null(6))
-        info.error = sel.text(6);
-      if (!sel.is_null(7))
-        info.parent_id = sel.text(7);
-      page.runs.push_back(std::move(info));
-    }
-    sel.reset();
-    q.finish(page);
-    return page;
-  });
-}
-
 // -- objects ------------------------------------------------------------------------
 
 namespace {
@@ -1311,27 +1091,6 @@ sqlite_store::take_inbox(std::string_view type, std::string_view key,
   });
 }
 
-std::optional<object_record>
-sqlite_store::get_object(std::string_view type, std::string_view key) {
-  return with_retry([&]() -> std::optional<object_record> {
-    auto& sel = prepare("SELECT state, version, executor, epoch, updated_at "
-                        "FROM objects WHERE type = ?1 AND key = ?2");
-    sel.bind(1, type).bind(2, key);
-    if (!sel.step())
-      return std::nullopt;
-    object_record o;
-    o.type = type;
-    o.key = key;
-    o.state = sel.is_null(0) ? std::string{} : sel.text(0);
-    o.version = sel.int64(1);
-    o.owner.executor = sel.text(2);
-    o.owner.epoch = sel.int64(3);
-    o.updated_at_ms = sel.int64(4);
-    sel.reset();
-    return o;
-  });
-}
-
 std::vector<std::pair<std::string, std::string>>
 sqlite_store::claimable_objects(std::string_view executor,
                                 const object_claim_filter& can,
@@ -1372,22 +1131,6 @@ sqlite_store::claimable_objects(std::string_view executor,
   });
 }
 
-std::vector<std::string> sqlite_store::list_object_keys(std::string_view type,
-                                                        std::string_view after,
-                                                        std::int64_t limit) {
-  return with_retry([&] {
-    std::vector<std::string> out;
-    auto& sel = prepare("SELECT key FROM objects WHERE type = ?1 AND key > ?2 "
-                        "ORDER BY key LIMIT ?3");
-    // An empty view may have no data: it would bind NULL.
-    sel.bind(1, type).bind(2, std::string{after}).bind(3, limit);
-    while (sel.step())
-      out.push_back(sel.text(0));
-    sel.reset();
-    return out;
-  });
-}
-
 } // namespace perdure::persistence
 
 namespace perdure::persistence {
@@ -1402,6 +1145,60 @@ void sqlite_store::in_write(const std::function<void()>& body) {
 void sqlite_store::retried(const std::function<void()>& body) {
   with_retry([&] {
     body();
+    return 0;
+  });
+}
+
+} // namespace perdure::persistence
+
+namespace perdure::persistence {
+
+class sqlite_store::tx final : public detail::sql_tx {
+public:
+  explicit tx(sqlite_store& db) : db_(db) {}
+
+  std::int64_t run(const detail::sql_query& q,
+                   std::initializer_list<detail::sql_value> params,
+                   const row_fn& each) override {
+    auto& text = db_.rewritten_[q.name];
+    if (text.empty())
+      text = detail::sqlite_text(q.text);
+    auto& st = db_.prepare(text);
+    int i = 0;
+    for (auto& p : params) {
+      ++i;
+      if (std::holds_alternative<std::nullptr_t>(p))
+        st.bind_null(i);
+      else if (auto* n = std::get_if<std::int64_t>(&p))
+        st.bind(i, *n);
+      else if (auto* s = std::get_if<std::string_view>(&p))
+        // An empty view may have no data: it would bind NULL.
+        st.bind(i, s->data() ? *s : std::string_view{""});
+      else {
+        auto b = std::get<detail::sql_bytes>(p).value;
+        st.bind_blob(i, b.data() ? b : std::string_view{""});
+      }
+    }
+    row r{st};
+    while (st.step())
+      if (each)
+        each(r);
+    st.reset();
+    return sqlite3_changes(db_.db_);
+  }
+
+  detail::sql_dialect dialect() const noexcept override {
+    return detail::sql_dialect::sqlite;
+  }
+
+private:
+  sqlite_store& db_;
+};
+
+void sqlite_store::read(const std::function<void(detail::sql_tx&)>& body) {
+  with_retry([&] {
+    tx t{*this};
+    body(t);
     return 0;
   });
 }

@@ -1,0 +1,253 @@
+#include "perdure/persistence/sql_store.hpp"
+
+#include "perdure/persistence/detail/pg_array.hpp"
+#include "perdure/persistence/detail/shared_sql.hpp"
+#include "perdure/persistence/detail/sql/rows.hpp"
+#include "perdure/persistence/detail/sql/sql_tx.hpp"
+
+namespace perdure::persistence {
+
+using detail::sql_query;
+using detail::sql_row;
+using detail::sql_tx;
+
+namespace {
+
+/// PENDING work of executor $1 that should be in memory at $2 (the
+/// runs_pending index: executor, status PENDING).
+constexpr const char* awake_pending_where
+  = "runs WHERE executor = $1 AND status = 'PENDING' AND (wake_at IS NULL "
+    "OR wake_at <= $2)";
+
+} // namespace
+
+int sql_store::schema_version() {
+  static const sql_query q{
+    "schema_version",
+    "SELECT COALESCE(MAX(version), 0) FROM {s}schema_migrations"};
+  int version = 0;
+  read([&](sql_tx& tx) {
+    version = static_cast<int>(
+      tx.first(q, {}, [](const sql_row& r) { return r.int64(0); })
+        .value_or(0));
+  });
+  return version;
+}
+
+std::optional<run_record> sql_store::get_run(std::string_view id) {
+  static const sql_query q{"get_run", "SELECT " + detail::run_columns
+                                        + " FROM {s}runs WHERE id = $1"};
+  std::optional<run_record> run;
+  read([&](sql_tx& tx) {
+    run = tx.first(q, {id}, [](const sql_row& r) { return detail::read_run(r); });
+  });
+  return run;
+}
+
+std::optional<resolution> sql_store::get_resolution(std::string_view id) {
+  static const sql_query q{
+    "get_resolution", "SELECT id, run_id, seq, outcome, payload, error, "
+                      "created_at FROM {s}resolutions WHERE id = $1"};
+  std::optional<resolution> out;
+  read([&](sql_tx& tx) {
+    out = tx.first(q, {id}, [](const sql_row& r) {
+      return detail::read_resolution(r);
+    });
+  });
+  return out;
+}
+
+namespace {
+
+/// Runs `q` with `params` and collects column 0 of every row as text.
+std::vector<std::string> ids_of(sql_tx& tx, const sql_query& q,
+                                std::initializer_list<detail::sql_value> params) {
+  std::vector<std::string> ids;
+  tx.run(q, params, [&](const sql_row& r) { ids.push_back(r.text(0)); });
+  return ids;
+}
+
+} // namespace
+
+std::vector<std::string> sql_store::awake_runs(std::string_view executor) {
+  static const sql_query q{"awake_runs",
+                           "SELECT id FROM {s}runs WHERE executor = $1 AND "
+                           "status = 'PENDING' AND wake_at = 0"};
+  std::vector<std::string> ids;
+  read([&](sql_tx& tx) { ids = ids_of(tx, q, {executor}); });
+  return ids;
+}
+
+std::int64_t sql_store::count_awake_pending(std::string_view executor,
+                                            std::int64_t now_ms) {
+  static const sql_query q{"count_awake_pending",
+                           std::string{"SELECT count(*) FROM {s}"}
+                             + awake_pending_where};
+  std::int64_t n = 0;
+  read([&](sql_tx& tx) {
+    n = tx.first(q, {executor, now_ms}, [](const sql_row& r) {
+            return r.int64(0);
+          }).value_or(0);
+  });
+  return n;
+}
+
+std::vector<awake_pending>
+sql_store::list_awake_pending(std::string_view executor, std::int64_t now_ms) {
+  static const sql_query q{
+    "list_awake_pending",
+    std::string{"SELECT id, epoch, COALESCE(object_type, ''), "
+                "COALESCE(object_key, '') FROM {s}"}
+      + awake_pending_where};
+  std::vector<awake_pending> out;
+  read([&](sql_tx& tx) {
+    out.clear();
+    tx.run(q, {executor, now_ms}, [&](const sql_row& r) {
+      out.push_back({r.text(0), r.int64(1), r.text(2), r.text(3)});
+    });
+  });
+  return out;
+}
+
+std::vector<std::string>
+sql_store::signalled_sagas(std::string_view executor) {
+  static const sql_query q{
+    "signalled_sagas",
+    "SELECT id FROM {s}runs WHERE executor = $1 AND status = 'PENDING' AND "
+    "saga_phase = 'FORWARD' AND cancel_requested_at IS NOT NULL"};
+  std::vector<std::string> ids;
+  read([&](sql_tx& tx) { ids = ids_of(tx, q, {executor}); });
+  return ids;
+}
+
+std::optional<message> sql_store::next_message(std::string_view run_id,
+                                               std::string_view topic,
+                                               std::int64_t after) {
+  static const sql_query q{
+    "next_message", "SELECT id, payload FROM {s}messages WHERE run_id = $1 "
+                    "AND topic = $2 AND id > $3 ORDER BY id LIMIT 1"};
+  std::optional<message> out;
+  read([&](sql_tx& tx) {
+    out = tx.first(q, {run_id, topic, after}, [](const sql_row& r) {
+      return message{r.int64(0), r.bytes(1)};
+    });
+  });
+  return out;
+}
+
+std::optional<std::string> sql_store::get_event(std::string_view run_id,
+                                                std::string_view key) {
+  static const sql_query q{
+    "get_event", "SELECT value FROM {s}events WHERE run_id = $1 AND key = $2"};
+  std::optional<std::string> out;
+  read([&](sql_tx& tx) {
+    out = tx.first(q, {run_id, key},
+                   [](const sql_row& r) { return r.bytes(0); });
+  });
+  return out;
+}
+
+std::vector<journal_entry>
+sql_store::load_journals(const std::vector<std::string>& run_ids) {
+  // One statement for all on PostgreSQL (an array); SQLite has none, and
+  // a statement per run costs it no round trip.
+  static const sql_query all{
+    "load_journals", std::string{"SELECT "} + detail::entry_columns
+                       + " FROM {s}journal WHERE run_id = ANY($1::text[]) "
+                         "ORDER BY run_id, seq"};
+  static const sql_query one{
+    "load_journal", std::string{"SELECT "} + detail::entry_columns
+                      + " FROM {s}journal WHERE run_id = $1 ORDER BY seq"};
+  std::vector<journal_entry> result;
+  read([&](sql_tx& tx) {
+    result.clear();
+    auto add = [&](const sql_row& r) {
+      result.push_back(detail::read_entry(r));
+    };
+    if (tx.dialect() == detail::sql_dialect::postgresql) {
+      detail::pg_array ids;
+      for (auto& id : run_ids)
+        ids.add(id);
+      auto literal = ids.str();
+      tx.run(all, {std::string_view{literal}}, add);
+    } else {
+      for (auto& id : run_ids)
+        tx.run(one, {std::string_view{id}}, add);
+    }
+  });
+  return result;
+}
+
+run_page sql_store::list_runs(const run_filter& f) {
+  static const sql_query q{
+    "list_runs",
+    std::string{"SELECT id, name, "} + detail::reported_status
+      + ", executor, created_at, updated_at, error, parent_id FROM {s}runs "
+        "WHERE ($1::text IS NULL OR "
+      + detail::reported_status
+      + " = $1) AND ($2::text IS NULL OR name = $2) AND ($3::bigint IS NULL "
+        "OR created_at >= $3) AND ($4::bigint IS NULL OR created_at < $4) "
+        "AND ($5::bigint IS NULL OR (created_at, id) < ($5, $6)) ORDER BY "
+        "created_at DESC, id DESC LIMIT $7"};
+  auto l = listing_query::from(f);
+  run_page page;
+  read([&](sql_tx& tx) {
+    page = {};
+    using detail::or_null;
+    tx.run(q,
+           {or_null(l.status), or_null(l.name), or_null(l.after),
+            or_null(l.before), or_null(l.cursor_at), or_null(l.cursor_id),
+            l.limit},
+           [&](const sql_row& r) {
+             run_info info;
+             info.id = r.text(0);
+             info.name = r.text(1);
+             info.status = parse_run_status(r.text(2)).value_or(
+               run_status::error);
+             info.executor = r.text(3);
+             info.created_at = from_ms(r.int64(4));
+             info.updated_at = from_ms(r.int64(5));
+             info.error = r.opt_text(6);
+             info.parent_id = r.opt_text(7);
+             page.runs.push_back(std::move(info));
+           });
+  });
+  l.finish(page);
+  return page;
+}
+
+std::optional<object_record> sql_store::get_object(std::string_view type,
+                                                   std::string_view key) {
+  static const sql_query q{"get_object",
+                           "SELECT state, version, executor, epoch, "
+                           "updated_at FROM {s}objects WHERE type = $1 AND "
+                           "key = $2"};
+  std::optional<object_record> out;
+  read([&](sql_tx& tx) {
+    out = tx.first(q, {type, key}, [&](const sql_row& r) {
+      object_record o;
+      o.type = type;
+      o.key = key;
+      o.state = r.opt_bytes(0).value_or(std::string{});
+      o.version = r.int64(1);
+      o.owner.executor = r.text(2);
+      o.owner.epoch = r.int64(3);
+      o.updated_at_ms = r.int64(4);
+      return o;
+    });
+  });
+  return out;
+}
+
+std::vector<std::string> sql_store::list_object_keys(std::string_view type,
+                                                     std::string_view after,
+                                                     std::int64_t limit) {
+  static const sql_query q{"list_object_keys",
+                           "SELECT key FROM {s}objects WHERE type = $1 AND "
+                           "key > $2 ORDER BY key LIMIT $3"};
+  std::vector<std::string> keys;
+  read([&](sql_tx& tx) { keys = ids_of(tx, q, {type, after, limit}); });
+  return keys;
+}
+
+} // namespace perdure::persistence
