@@ -322,13 +322,6 @@ void postgres_store::connect() {
   // Many runs at once (the writer batches starts): new ids inserted, taken
   // ones left alone; the inserted ids come back.
   c->prepare("create_runs", create_runs_sql(s, 1));
-  // A saga with a cancellation to observe does not sleep: due at once.
-  c->prepare("set_wake_at",
-             "UPDATE " + s
-               + "runs SET wake_at = CASE WHEN $4::bigint IS NOT NULL AND "
-                 "cancel_requested_at IS NOT NULL AND saga_phase = 'FORWARD' "
-                 "THEN 0 ELSE $4::bigint END WHERE id = $1 AND executor = $2 "
-                 "AND epoch = $3 AND status = 'PENDING'");
   // The run and its PENDING descendants (none below a compensating saga:
   // those are its compensations' calls; below a saga going forward, only
   // child sagas: a plain child or call is what a step in flight waits
@@ -643,19 +636,6 @@ std::optional<run_record> postgres_store::claim_run(std::string_view id,
     if (res.empty())
       return std::nullopt;
     return read_run(res[0]);
-  });
-}
-
-bool postgres_store::set_wake_at(const fence& owner, std::string_view run_id,
-                                 std::optional<std::int64_t> wake_at_ms) {
-  return with_retry([&] {
-    pqxx::nontransaction w{*conn_};
-    auto id = std::string{run_id};
-    auto res = wake_at_ms ? w.exec_prepared("set_wake_at", id, owner.executor,
-                                            owner.epoch, *wake_at_ms)
-                          : w.exec_prepared("set_wake_at", id, owner.executor,
-                                            owner.epoch, nullptr);
-    return res.affected_rows() == 1;
   });
 }
 
@@ -1749,7 +1729,27 @@ namespace perdure::persistence {
 void postgres_store::read(const std::function<void(detail::sql_tx&)>& body) {
   with_retry([&] {
     pqxx::read_transaction t{*conn_};
-    detail::pg_tx tx{t, prepared_, schema_prefix_};
+    detail::pg_tx tx{t, prepared_, schema_, schema_prefix_};
+    body(tx);
+    return 0;
+  });
+}
+
+void postgres_store::write(const std::function<void(detail::sql_tx&)>& body) {
+  with_retry([&] {
+    pqxx::work w{*conn_};
+    detail::pg_tx tx{w, prepared_, schema_, schema_prefix_};
+    body(tx);
+    w.commit();
+    return 0;
+  });
+}
+
+void postgres_store::autocommit(
+  const std::function<void(detail::sql_tx&)>& body) {
+  with_retry([&] {
+    pqxx::nontransaction n{*conn_};
+    detail::pg_tx tx{n, prepared_, schema_, schema_prefix_};
     body(tx);
     return 0;
   });

@@ -53,8 +53,6 @@ public:
                                    const claim_filter& filter) override;
   std::int64_t count_unclaimable(std::string_view executor,
                                  const claim_filter& filter) override;
-  bool set_wake_at(const fence& owner, std::string_view run_id,
-                   std::optional<std::int64_t> wake_at_ms) override;
   std::vector<cancelled_run>
   cancel_run(std::string_view run_id, std::int64_t at_ms,
              std::optional<std::int64_t> deadline_ms) override;
@@ -94,24 +92,16 @@ public:
   claimable_objects(std::string_view executor, const object_claim_filter& can,
                     std::int64_t limit, bool all_ours) override;
 
-  void define_queue(const queue_definition& q) override;
   create_result enqueue(const run_record& item) override;
   queue_claim claim_queued(const queue_claim_request& req) override;
-  void record_queue_starts(const std::vector<std::string>& queues) override;
-  void restamp_queue_starts(std::string_view queue, std::int64_t stamped_ms,
-                            std::int64_t count) override;
-  std::vector<std::pair<std::string, std::int64_t>>
-  queued_heads(const std::vector<std::string>& queues) override;
-  bool retry_item(const fence& owner, std::string_view id,
-                  std::int64_t not_before_ms, const std::string& error,
-                  std::int64_t at_ms) override;
-  std::optional<run_record> requeue(std::string_view id,
-                                    std::int64_t at_ms) override;
-  queue_stats count_queue(std::string_view queue,
-                           std::int64_t now_ms) override;
 
 protected:
   void read(const std::function<void(detail::sql_tx&)>& body) override;
+  void write(const std::function<void(detail::sql_tx&)>& body) override;
+  void autocommit(const std::function<void(detail::sql_tx&)>& body) override;
+  std::int64_t lease_epoch() const noexcept override {
+    return lease();
+  }
 
 private:
   /// Runs `body` in a transaction on this connection, retried as every

@@ -34,6 +34,23 @@ int sql_store::schema_version() {
   return version;
 }
 
+bool sql_store::set_wake_at(const fence& owner, std::string_view run_id,
+                            std::optional<std::int64_t> wake_at_ms) {
+  // A saga with a cancellation to observe does not sleep: due at once.
+  static const sql_query q{
+    "set_wake_at",
+    "UPDATE {s}runs SET wake_at = CASE WHEN $4::bigint IS NOT NULL AND "
+    "cancel_requested_at IS NOT NULL AND saga_phase = 'FORWARD' THEN 0 ELSE "
+    "$4::bigint END WHERE id = $1 AND executor = $2 AND epoch = $3 AND "
+    "status = 'PENDING'"};
+  std::int64_t changed = 0;
+  autocommit([&](sql_tx& tx) {
+    changed = tx.run(q, {run_id, std::string_view{owner.executor},
+                         owner.epoch, detail::or_null(wake_at_ms)});
+  });
+  return changed == 1;
+}
+
 std::optional<run_record> sql_store::get_run(std::string_view id) {
   static const sql_query q{"get_run", "SELECT " + detail::run_columns
                                         + " FROM {s}runs WHERE id = $1"};

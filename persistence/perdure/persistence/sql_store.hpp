@@ -40,11 +40,40 @@ public:
   std::vector<std::string> list_object_keys(std::string_view type,
                                             std::string_view after,
                                             std::int64_t limit) override;
+  bool set_wake_at(const fence& owner, std::string_view run_id,
+                   std::optional<std::int64_t> wake_at_ms) override;
+
+  // -- queues (sql_queues.cpp) ---------------------------------------------------
+
+  void define_queue(const queue_definition& q) override;
+  void record_queue_starts(const std::vector<std::string>& queues) override;
+  void restamp_queue_starts(std::string_view queue, std::int64_t stamped_ms,
+                            std::int64_t count) override;
+  std::vector<std::pair<std::string, std::int64_t>>
+  queued_heads(const std::vector<std::string>& queues) override;
+  bool retry_item(const fence& owner, std::string_view id,
+                  std::int64_t not_before_ms, const std::string& error,
+                  std::int64_t at_ms) override;
+  std::optional<run_record> requeue(std::string_view id,
+                                    std::int64_t at_ms) override;
+  queue_stats count_queue(std::string_view queue,
+                          std::int64_t now_ms) override;
 
 protected:
   /// Runs `body` with a transaction that only reads (or autocommit),
   /// retried on transient failures as every store method is.
   virtual void read(const std::function<void(detail::sql_tx&)>& body) = 0;
+  /// Runs `body` in a write transaction (committed when it returns),
+  /// retried as a whole.
+  virtual void write(const std::function<void(detail::sql_tx&)>& body) = 0;
+  /// Runs `body`'s statements each on its own (autocommit), retried.
+  virtual void autocommit(const std::function<void(detail::sql_tx&)>& body)
+    = 0;
+  /// The lease epoch this store's fenced writes carry (0: unchecked; one
+  /// runtime per file on SQLite holds its lease by a file lock).
+  virtual std::int64_t lease_epoch() const noexcept {
+    return 0;
+  }
 };
 
 } // namespace perdure::persistence

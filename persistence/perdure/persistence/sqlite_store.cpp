@@ -352,24 +352,6 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
   });
 }
 
-bool sqlite_store::set_wake_at(const fence& owner, std::string_view run_id,
-                               std::optional<std::int64_t> wake_at_ms) {
-  return with_retry([&] {
-    // A saga with a cancellation to observe does not sleep: due at once.
-    auto& st = prepare("UPDATE runs SET wake_at = CASE WHEN ?4 IS NOT NULL "
-                       "AND cancel_requested_at IS NOT NULL AND saga_phase = "
-                       "'FORWARD' THEN 0 ELSE ?4 END WHERE id = ?1 AND "
-                       "executor = ?2 AND epoch = ?3 AND status = 'PENDING'");
-    st.bind(1, run_id).bind(2, owner.executor).bind(3, owner.epoch);
-    if (wake_at_ms)
-      st.bind(4, *wake_at_ms);
-    else
-      st.bind_null(4);
-    st.run();
-    return sqlite3_changes(db_) == 1;
-  });
-}
-
 std::vector<cancelled_run>
 sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
                          std::optional<std::int64_t> deadline_ms) {
@@ -1164,9 +1146,11 @@ public:
     if (text.empty())
       text = detail::sqlite_text(q.text);
     auto& st = db_.prepare(text);
+    auto used = sqlite3_bind_parameter_count(st.get());
     int i = 0;
     for (auto& p : params) {
-      ++i;
+      if (++i > used)
+        break; // canonical SQL may pass what only PostgreSQL reads
       if (std::holds_alternative<std::nullptr_t>(p))
         st.bind_null(i);
       else if (auto* n = std::get_if<std::int64_t>(&p))
@@ -1180,15 +1164,26 @@ public:
       }
     }
     row r{st};
-    while (st.step())
-      if (each)
-        each(r);
+    try {
+      while (st.step())
+        if (each)
+          each(r);
+    } catch (const sqlite_failure& ex) {
+      if (ex.code() == SQLITE_CONSTRAINT_UNIQUE
+          || ex.code() == SQLITE_CONSTRAINT_PRIMARYKEY)
+        throw detail::unique_violation(ex.what());
+      throw;
+    }
     st.reset();
     return sqlite3_changes(db_.db_);
   }
 
   detail::sql_dialect dialect() const noexcept override {
     return detail::sql_dialect::sqlite;
+  }
+
+  void notify(std::string_view payload) override {
+    db_.notice_in(payload);
   }
 
 private:
@@ -1201,6 +1196,19 @@ void sqlite_store::read(const std::function<void(detail::sql_tx&)>& body) {
     body(t);
     return 0;
   });
+}
+
+void sqlite_store::write(const std::function<void(detail::sql_tx&)>& body) {
+  in_transaction([&] {
+    tx t{*this};
+    body(t);
+    return 0;
+  });
+}
+
+void sqlite_store::autocommit(
+  const std::function<void(detail::sql_tx&)>& body) {
+  read(body);
 }
 
 } // namespace perdure::persistence

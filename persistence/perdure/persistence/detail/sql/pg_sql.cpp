@@ -1,5 +1,7 @@
 #include "perdure/persistence/detail/sql/pg_sql.hpp"
 
+#include "perdure/persistence/detail/channel.hpp"
+
 #include <vector>
 
 
@@ -54,11 +56,21 @@ std::int64_t pg_tx::run(const sql_query& q,
                        : texts[i].c_str());
     ++i;
   }
-  auto res = t_.exec_prepared(q.name, pqxx::prepare::make_dynamic_params(values));
+  pqxx::result res;
+  try {
+    res = t_.exec_prepared(q.name, pqxx::prepare::make_dynamic_params(values));
+  } catch (const pqxx::unique_violation& ex) {
+    throw unique_violation(ex.what());
+  }
   if (each)
     for (const auto& r : res)
       each(pg_row{r});
   return static_cast<std::int64_t>(res.affected_rows());
+}
+
+void pg_tx::notify(std::string_view payload) {
+  t_.exec_params("SELECT pg_notify($1, $2)", delivery_channel(schema_),
+                 std::string{payload});
 }
 
 run_record read_run(const pqxx::row& row, int first) {

@@ -42,11 +42,12 @@ private:
 class pg_tx final : public sql_tx {
 public:
   /// `prepared`: the names prepared on `t`'s connection so far (cleared
-  /// when the store reconnects); `schema_prefix`: the quoted schema and a
-  /// dot.
+  /// when the store reconnects); `schema`: Perdure's schema;
+  /// `schema_prefix`: it quoted, and a dot.
   pg_tx(pqxx::transaction_base& t, std::unordered_set<std::string>& prepared,
-        const std::string& schema_prefix)
-    : t_(t), prepared_(prepared), schema_prefix_(schema_prefix) {}
+        const std::string& schema, const std::string& schema_prefix)
+    : t_(t), prepared_(prepared), schema_(schema),
+      schema_prefix_(schema_prefix) {}
 
   std::int64_t run(const sql_query& q, std::initializer_list<sql_value> params,
                    const row_fn& each) override;
@@ -55,9 +56,12 @@ public:
     return sql_dialect::postgresql;
   }
 
+  void notify(std::string_view payload) override;
+
 private:
   pqxx::transaction_base& t_;
   std::unordered_set<std::string>& prepared_;
+  const std::string& schema_;
   const std::string& schema_prefix_;
 };
 

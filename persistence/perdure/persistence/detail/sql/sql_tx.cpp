@@ -45,6 +45,11 @@ std::string sqlite_text(std::string_view sql) {
       i += 3;
       continue;
     }
+    if (sql.compare(i, 5, "{now}") == 0) {
+      out += "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+      i += 5;
+      continue;
+    }
     if (c == '$' && i + 1 < sql.size()
         && std::isdigit(static_cast<unsigned char>(sql[i + 1]))) {
       // A placeholder, maybe cast: `$3::bigint` is `CAST(?3 AS INTEGER)`.
@@ -80,6 +85,11 @@ std::string postgres_text(std::string_view sql,
     if (sql.compare(i, 3, "{s}") == 0) {
       out += schema_prefix;
       i += 2;
+      continue;
+    }
+    if (sql.compare(i, 5, "{now}") == 0) {
+      out += "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+      i += 4;
       continue;
     }
     out += sql[i];

@@ -4,14 +4,17 @@
 // driver: a statement in canonical SQL, its parameters, and a transaction
 // (or autocommit) that runs it. Canonical SQL is PostgreSQL's: `$n`
 // placeholders, `{s}` before a table name where PostgreSQL puts the
-// schema, and `::type` casts, which SQLite drops (DBOS Go's
-// `dialect.RewriteQuery`, in spirit).
+// schema, `{now}` for the database's clock in ms since the epoch, and
+// `::type` casts (SQLite casts a cast placeholder with CAST and drops the
+// rest). DBOS Go's `dialect.RewriteQuery`, in spirit. Parameters a
+// statement's SQLite text does not use are not bound there.
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -44,6 +47,13 @@ inline sql_value or_null(const std::optional<std::string>& v) {
   return v ? sql_value{std::string_view{*v}} : sql_value{nullptr};
 }
 
+/// A statement broke a unique index (a primary key, a dedup id): the
+/// drivers raise this, whatever their own error says.
+class unique_violation : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
 /// Which backend a transaction talks to, where an operation's SQL must
 /// differ by nature (arrays against IN-lists, say).
 enum class sql_dialect { postgresql, sqlite };
@@ -61,6 +71,10 @@ public:
     = 0;
 
   virtual sql_dialect dialect() const noexcept = 0;
+
+  /// Tells every process sharing the database `payload` (see
+  /// persistence/notice.hpp) once this transaction commits.
+  virtual void notify(std::string_view payload) = 0;
 
   /// `run`, for a statement that returns at most one row: `read(row)` of
   /// it, or nothing.
