@@ -12,12 +12,14 @@
 #include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/sql/pg_sql.hpp"
+#include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/retry.hpp"
 #include "perdure/persistence/detail/sql/rows.hpp"
 
 namespace perdure::persistence {
 
+using detail::holds_lease;
 using detail::qualified_run_columns;
 using detail::read_entry;
 using detail::read_run;
@@ -171,16 +173,6 @@ std::string claimable(const std::string& names, const std::string& version) {
          "app_version = " + version + ") AND object_type IS NULL";
 }
 
-/// Returns the condition that executor `executor` holds its lease at epoch
-/// `lease` (0: unchecked) in schema prefix `s`: a holder that lost its
-/// lease claims nothing, even before its heartbeat tells it so.
-std::string holds_lease(const std::string& s, const std::string& executor,
-                        const std::string& lease) {
-  return "(" + lease + "::bigint = 0 OR EXISTS (SELECT 1 FROM " + s
-         + "executors e WHERE e.id = " + executor + " AND e.epoch = " + lease
-         + "::bigint AND e.state = 'live'))";
-}
-
 } // namespace
 
 /// A batch's run creations as the twelve arrays of `create_runs_sql`.
@@ -225,13 +217,6 @@ struct postgres_store::creation_arrays {
 
 namespace {
 
-
-/// Returns the SET clause of a delivery at time `at` (a parameter): the run
-/// row is always written, so a passivation committing meanwhile is ordered
-/// before or after it, and marked only if it is passivated now.
-std::string mark_delivered(const std::string& at) {
-  return "wake_at = CASE WHEN wake_at > " + at + " THEN 0 ELSE wake_at END";
-}
 
 /// Returns the CTE that marks the passivated parents of the runs in CTE
 /// `completed` as delivered to (a parent in memory is woken in-process and
@@ -365,18 +350,7 @@ void postgres_store::connect() {
                + "runs p SET wake_at = 0 FROM changed c WHERE c.id = $1 AND "
                  "c.status = 'CANCELLED' AND p.id = c.parent_id AND p.wake_at "
                  "> $2) SELECT id, status <> 'CANCELLED' FROM changed");
-  c->prepare("awakeable_exists",
-             "SELECT 1 FROM " + s
-               + "journal WHERE run_id = $1 AND seq = $2 AND kind = "
-                 "'awakeable' AND name = $3");
-  c->prepare("insert_resolution",
-             "INSERT INTO " + s
-               + "resolutions (id, run_id, seq, outcome, payload, error, "
-                 "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT "
-                 "(id) DO NOTHING");
   c->prepare("notify", "SELECT pg_notify($1, $2)");
-  c->prepare("set_saga_phase",
-             "UPDATE " + s + "runs SET saga_phase = $2 WHERE id = $1");
   // A completed saga's undo: its journal up to its DONE phase, its inputs,
   // and a cancellation to observe there.
   c->prepare("copy_journal_for_undo",
@@ -395,23 +369,6 @@ void postgres_store::connect() {
                "'FORWARD', cancel_requested_at = $3 FROM " + s
                + "runs o WHERE u.id = $1 AND o.id = $2 RETURNING "
                + qualified_run_columns("u"));
-  c->prepare("run_exists",
-             "SELECT 1 FROM " + s + "runs WHERE id = $1");
-  c->prepare("send_message",
-             "WITH woken AS (UPDATE " + s
-               + "runs SET " + mark_delivered("$4")
-               + " WHERE id = $1 RETURNING id) INSERT "
-                 "INTO "
-               + s
-               + "messages (run_id, topic, payload, created_at) SELECT id, "
-                 "$2, $3, $4 FROM woken");
-  c->prepare("upsert_event",
-             "INSERT INTO " + s
-               + "events (run_id, key, value, updated_at) VALUES ($1, $2, $3, "
-                 "$4) ON CONFLICT (run_id, key) DO UPDATE SET value = "
-                 "excluded.value, updated_at = excluded.updated_at");
-  c->prepare("wake_run", "UPDATE " + s + "runs SET " + mark_delivered("$2")
-                          + " WHERE id = $1");
   c->prepare("claim_runs",
              "UPDATE " + s
                + "runs SET epoch = epoch + 1, recovery_attempts = "
@@ -438,14 +395,7 @@ void postgres_store::connect() {
   // replaced by a newer claim in this process) are told apart by it.
   // The lease (parameter `lease`, 0: unchecked) is the executor's: once a
   // takeover declared it lapsed, nothing of its holder gets through.
-  auto fence_sql = [&](int lease) {
-    auto l = "$" + std::to_string(lease);
-    return "SELECT r.id, r.epoch FROM (SELECT id, epoch, status FROM " + s
-           + "runs WHERE (id, executor, epoch) IN (SELECT * FROM "
-             "unnest($1::text[], $2::text[], $3::bigint[])) OFFSET 0 FOR "
-             "SHARE) r WHERE r.status = 'PENDING' AND "
-           + holds_lease(s, "($2::text[])[1]", l);
-  };
+  auto fence_sql = [&](int lease) { return detail::fence_sql(s, lease); };
   c->prepare("fence_check", fence_sql(4));
   // A small batch is one statement in autocommit: one round trip, one
   // commit (what a lone workflow's latency needs). The fence locks the owned run rows FOR SHARE, so a concurrent
@@ -492,12 +442,6 @@ void postgres_store::connect() {
              "INSERT INTO " + s
                + "journal (run_id, seq, kind, name, outcome, payload, error, "
                  "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
-  // Both runs a delivery touches, locked in one order: two runs delivering
-  // to each other at once would otherwise deadlock (fence FOR SHARE on its
-  // own row, then UPDATE of the other's).
-  c->prepare("lock_runs", "SELECT id FROM " + s
-                            + "runs WHERE id = ANY($1::text[]) ORDER BY id "
-                              "FOR UPDATE");
   c->prepare("get_entry",
              "SELECT run_id, seq, kind, name, outcome, payload, error, "
              "created_at FROM "
@@ -655,22 +599,6 @@ postgres_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
 
 namespace {
 
-/// Stores `r` in transaction `w` (see `store::resolve`).
-resolve_result resolve_in(pqxx::transaction_base& w, const resolution& r) {
-  auto known = r.seq < 0
-                 ? w.exec_prepared("run_exists", r.run_id)
-                 : w.exec_prepared("awakeable_exists", r.run_id, r.seq, r.id);
-  if (known.empty())
-    return resolve_result::unknown_id;
-  auto ins = w.exec_prepared(
-    "insert_resolution", r.id, r.run_id, r.seq, static_cast<int>(r.result),
-    pqxx::binarystring{r.payload.data(), r.payload.size()}, r.error, r.at_ms);
-  if (ins.affected_rows() == 0)
-    return resolve_result::already_resolved;
-  w.exec_prepared("wake_run", r.run_id, r.at_ms);
-  return resolve_result::resolved;
-}
-
 /// Returns whether `owner` holds run `run_id` (and locks its row FOR SHARE
 /// until `w` ends, so no takeover commits in between).
 bool owns(pqxx::transaction_base& w, const fence& owner,
@@ -684,79 +612,7 @@ bool owns(pqxx::transaction_base& w, const fence& owner,
             .empty();
 }
 
-/// Queues `m` in transaction `w`; false if there is no such run.
-bool send_in(pqxx::transaction_base& w, const outgoing_message& m) {
-  return w
-           .exec_prepared("send_message", m.run_id, m.topic,
-                          pqxx::binarystring{m.payload.data(), m.payload.size()},
-                          m.at_ms)
-           .affected_rows()
-         == 1;
-}
-
 } // namespace
-
-resolve_result postgres_store::resolve(const resolution& r) {
-  return with_retry([&] {
-    pqxx::work w{*conn_};
-    auto result = resolve_in(w, r);
-    if (result == resolve_result::resolved)
-      w.commit(); // otherwise nothing was written: roll back
-    return result;
-  });
-}
-
-std::optional<journal_entry>
-postgres_store::deliver(const fence& owner, journal_entry checkpoint,
-                        const delivery& d) {
-  detail::pg_array both;
-  both.add(checkpoint.run_id);
-  both.add(d.run_id());
-  return with_retry([&]() -> std::optional<journal_entry> {
-   return or_recorded(checkpoint, [&]() -> std::optional<journal_entry> {
-    pqxx::work w{*conn_};
-    w.exec_prepared("lock_runs", both.str());
-    if (!owns(w, owner, checkpoint.run_id, lease()))
-      return std::nullopt; // rolls back
-    auto e = checkpoint;
-    // Delivered before (an attempt whose commit was in doubt, say): the
-    // recorded outcome, never a second delivery. (Two attempts at once
-    // cannot both commit: the journal's key rolls the second one back,
-    // its delivery with it.)
-    auto res = w.exec_prepared("get_entry", e.run_id, e.seq);
-    if (!res.empty())
-      return read_entry(res[0]);
-    auto* m = std::get_if<outgoing_message>(&d.what);
-    auto stored = m ? (send_in(w, *m) ? resolve_result::resolved
-                                      : resolve_result::unknown_id)
-                    : resolve_in(w, std::get<resolution>(d.what));
-    d.settle(e, stored);
-    w.exec_prepared("insert_entry", e.run_id, e.seq,
-                    std::string{to_string(e.kind)}, e.name,
-                    static_cast<int>(e.outcome),
-                    pqxx::binarystring{e.payload.data(), e.payload.size()},
-                    e.error, e.created_at_ms);
-    w.commit();
-    return e;
-   });
-  });
-}
-
-template <class F>
-std::optional<journal_entry>
-postgres_store::or_recorded(const journal_entry& checkpoint, F&& attempt) {
-  try {
-    return attempt();
-  } catch (const pqxx::unique_violation&) {
-    // Two copies of one run wrote this index at once (two processes with
-    // one executor id): the first commit stands, for both.
-    pqxx::read_transaction r{*conn_};
-    auto res = r.exec_prepared("get_entry", checkpoint.run_id, checkpoint.seq);
-    if (res.empty())
-      throw;
-    return read_entry(res[0]);
-  }
-}
 
 void postgres_store::notify(std::string_view payload) {
   with_retry([&] {
@@ -766,41 +622,6 @@ void postgres_store::notify(std::string_view payload) {
   });
 }
 
-
-bool postgres_store::send_message(std::string_view run_id,
-                                  std::string_view topic,
-                                  std::string_view payload,
-                                  std::int64_t at_ms) {
-  return with_retry([&] {
-    pqxx::nontransaction w{*conn_};
-    return send_in(w, {std::string{run_id}, std::string{topic},
-                       std::string{payload}, at_ms});
-  });
-}
-
-std::optional<journal_entry>
-postgres_store::record_event(const fence& owner, journal_entry checkpoint,
-                             const std::string& key, const std::string& value) {
-  // The value is the checkpoint's payload too, as on SQLite: the journal
-  // shows what was published.
-  return transact(
-    owner, std::move(checkpoint), [&](sql_session&) { return value; },
-    [&](pqxx::work& w, const journal_entry& e) {
-      w.exec_prepared("upsert_event", e.run_id, key,
-                      pqxx::binarystring{value.data(), value.size()},
-                      e.created_at_ms);
-    });
-}
-
-std::optional<journal_entry>
-postgres_store::record_phase(const fence& owner, journal_entry checkpoint,
-                             const std::string& phase) {
-  return transact(
-    owner, std::move(checkpoint), [&](sql_session&) { return phase; },
-    [&](pqxx::work& w, const journal_entry& e) {
-      w.exec_prepared("set_saga_phase", e.run_id, phase);
-    });
-}
 
 std::vector<run_record>
 postgres_store::claim_pending_runs(std::string_view executor,
@@ -1017,42 +838,6 @@ void postgres_store::copy_batch(const persistence::write_batch& batch,
       out.done.insert(row[0].as<std::string>());
   }
   w.commit();
-}
-
-std::optional<journal_entry> postgres_store::run_transaction(
-  const fence& owner, journal_entry checkpoint,
-  const std::function<std::string(sql_session&)>& body) {
-  return transact(owner, std::move(checkpoint), body,
-                  [](pqxx::work&, const journal_entry&) {});
-}
-
-template <class Extra>
-std::optional<journal_entry> postgres_store::transact(
-  const fence& owner, journal_entry checkpoint,
-  const std::function<std::string(sql_session&)>& body, Extra&& extra) {
-  return with_retry([&]() -> std::optional<journal_entry> {
-    return or_recorded(checkpoint, [&]() -> std::optional<journal_entry> {
-      pqxx::work w{*conn_};
-      if (!owns(w, owner, checkpoint.run_id, lease()))
-        return std::nullopt; // rolls back
-      // Every attempt first looks at its index: an outcome there, from an
-      // attempt whose commit was in doubt, stands and the body does not run.
-      auto res = w.exec_prepared("get_entry", checkpoint.run_id, checkpoint.seq);
-      if (!res.empty())
-        return read_entry(res[0]); // rolls back: nothing written
-      pqxx_session session{w, schema_};
-      auto e = checkpoint;
-      e.payload = body(session);
-      w.exec_prepared("insert_entry", e.run_id, e.seq,
-                      std::string{to_string(e.kind)}, e.name,
-                      static_cast<int>(e.outcome),
-                      pqxx::binarystring{e.payload.data(), e.payload.size()},
-                      e.error, e.created_at_ms);
-      extra(w, e);
-      w.commit();
-      return e;
-    });
-  });
 }
 
 } // namespace perdure::persistence

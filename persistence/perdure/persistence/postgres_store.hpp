@@ -56,28 +56,12 @@ public:
   std::vector<cancelled_run>
   cancel_run(std::string_view run_id, std::int64_t at_ms,
              std::optional<std::int64_t> deadline_ms) override;
-  resolve_result resolve(const resolution& r) override;
-  std::optional<journal_entry> deliver(const fence& owner,
-                                       journal_entry checkpoint,
-                                       const delivery& d) override;
   void notify(std::string_view payload) override;
   using delivery_store::notify;
-  bool send_message(std::string_view run_id, std::string_view topic,
-                    std::string_view payload, std::int64_t at_ms) override;
-  std::optional<journal_entry> record_event(const fence& owner,
-                                            journal_entry checkpoint,
-                                            const std::string& key,
-                                            const std::string& value) override;
-  std::optional<journal_entry> record_phase(const fence& owner,
-                                            journal_entry checkpoint,
-                                            const std::string& phase) override;
   std::vector<run_record> claim_pending_runs(std::string_view executor,
                                              const claim_filter& filter,
                                              std::int64_t now_ms) override;
   batch_result write_batch(const persistence::write_batch& batch) override;
-  std::optional<journal_entry>
-  run_transaction(const fence& owner, journal_entry checkpoint,
-                  const std::function<std::string(sql_session&)>& body) override;
 
   std::optional<claimed_object>
   claim_object(std::string_view type, std::string_view key,
@@ -156,20 +140,6 @@ private:
                                   batch_outcome& out);
   template <class F>
   auto with_retry(F&& attempt);
-
-  /// Runs `attempt`; if it lost a race for `checkpoint`'s index (unique
-  /// violation), returns what the winner stored there.
-  template <class F>
-  std::optional<journal_entry> or_recorded(const journal_entry& checkpoint,
-                                           F&& attempt);
-
-  /// `run_transaction`, plus `extra(pqxx::work&, const journal_entry&)` in
-  /// the same transaction (Perdure's own rows written with the checkpoint).
-  template <class Extra>
-  std::optional<journal_entry>
-  transact(const fence& owner, journal_entry checkpoint,
-           const std::function<std::string(sql_session&)>& body,
-           Extra&& extra);
 
   std::string url_;
   std::string schema_;

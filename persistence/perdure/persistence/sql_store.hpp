@@ -43,6 +43,25 @@ public:
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
 
+  // -- deliveries and fenced writes (sql_deliveries.cpp) -------------------------
+
+  resolve_result resolve(const resolution& r) override;
+  std::optional<journal_entry> deliver(const fence& owner,
+                                       journal_entry checkpoint,
+                                       const delivery& d) override;
+  bool send_message(std::string_view run_id, std::string_view topic,
+                    std::string_view payload, std::int64_t at_ms) override;
+  std::optional<journal_entry> record_event(const fence& owner,
+                                            journal_entry checkpoint,
+                                            const std::string& key,
+                                            const std::string& value) override;
+  std::optional<journal_entry> record_phase(const fence& owner,
+                                            journal_entry checkpoint,
+                                            const std::string& phase) override;
+  std::optional<journal_entry>
+  run_transaction(const fence& owner, journal_entry checkpoint,
+                  const std::function<std::string(sql_session&)>& body) override;
+
   // -- queues (sql_queues.cpp) ---------------------------------------------------
 
   void define_queue(const queue_definition& q) override;
@@ -74,6 +93,17 @@ protected:
   virtual std::int64_t lease_epoch() const noexcept {
     return 0;
   }
+
+  /// A checkpoint with a write of its own, fenced: if `owner` still holds
+  /// the run and nothing is recorded at the checkpoint's index, `body`
+  /// writes (and may fill the entry's payload and outcome) and the entry
+  /// is appended, in one transaction (`first` runs before the fence).
+  /// Returns the entry as stored (the earlier one if recorded before), or
+  /// nothing if the run is not `owner`'s.
+  std::optional<journal_entry>
+  fenced(const fence& owner, journal_entry checkpoint,
+         const std::function<void(detail::sql_tx&, journal_entry&)>& body,
+         const std::function<void(detail::sql_tx&)>& first = nullptr);
 };
 
 } // namespace perdure::persistence

@@ -406,59 +406,6 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
   });
 }
 
-resolve_result sqlite_store::resolve(const resolution& r) {
-  return in_transaction([&] { return resolve_in(r); });
-}
-
-resolve_result sqlite_store::resolve_in(const resolution& r) {
-  {
-    auto& exists = r.seq < 0
-                     ? prepare("SELECT 1 FROM runs WHERE id = ?1")
-                     : prepare("SELECT 1 FROM journal WHERE run_id = ?1 AND "
-                               "seq = ?2 AND kind = 'awakeable' AND name = ?3");
-    exists.bind(1, r.run_id);
-    if (r.seq >= 0)
-      exists.bind(2, std::int64_t{r.seq}).bind(3, r.id);
-    auto found = exists.step();
-    exists.reset();
-    if (!found)
-      return resolve_result::unknown_id;
-  }
-  prepare("INSERT INTO resolutions (id, run_id, seq, outcome, payload, "
-          "error, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON "
-          "CONFLICT (id) DO NOTHING")
-    .bind(1, r.id)
-    .bind(2, r.run_id)
-    .bind(3, std::int64_t{r.seq})
-    .bind(4, static_cast<std::int64_t>(r.result))
-    .bind_blob(5, r.payload)
-    .bind(6, r.error)
-    .bind(7, r.at_ms)
-    .run();
-  if (sqlite3_changes(db_) == 0)
-    return resolve_result::already_resolved;
-  mark_delivered(r.run_id, r.at_ms);
-  return resolve_result::resolved;
-}
-
-std::optional<journal_entry>
-sqlite_store::deliver(const fence& owner, journal_entry checkpoint,
-                      const delivery& d) {
-  return in_transaction([&]() -> std::optional<journal_entry> {
-    if (!fenced_ok(checkpoint.run_id, owner))
-      return std::nullopt; // nothing written: commit is moot
-    if (auto earlier = recorded_entry(checkpoint.run_id, checkpoint.seq))
-      return earlier; // delivered before: never twice
-    auto* m = std::get_if<outgoing_message>(&d.what);
-    auto stored = m ? (send_in(*m) ? resolve_result::resolved
-                                   : resolve_result::unknown_id)
-                    : resolve_in(std::get<resolution>(d.what));
-    d.settle(checkpoint, stored);
-    insert_entry(checkpoint);
-    return checkpoint;
-  });
-}
-
 void sqlite_store::notify(std::string_view payload) {
   in_transaction([&] {
     notice_in(payload);
@@ -500,68 +447,6 @@ sqlite_store::notices_after(std::int64_t after) {
       result.emplace_back(st.int64(0), st.text(1));
     st.reset();
     return result;
-  });
-}
-
-bool sqlite_store::send_message(std::string_view run_id,
-                                std::string_view topic,
-                                std::string_view payload, std::int64_t at_ms) {
-  return in_transaction([&] {
-    return send_in({std::string{run_id}, std::string{topic},
-                    std::string{payload}, at_ms});
-  });
-}
-
-bool sqlite_store::send_in(const outgoing_message& m) {
-  if (!mark_delivered(m.run_id, m.at_ms))
-    return false;
-  prepare("INSERT INTO messages (run_id, topic, payload, created_at) VALUES "
-          "(?1, ?2, ?3, ?4)")
-    .bind(1, m.run_id)
-    .bind(2, m.topic)
-    .bind_blob(3, m.payload)
-    .bind(4, m.at_ms)
-    .run();
-  return true;
-}
-
-std::optional<journal_entry>
-sqlite_store::record_event(const fence& owner, journal_entry checkpoint,
-                           const std::string& key, const std::string& value) {
-  return in_transaction([&]() -> std::optional<journal_entry> {
-    if (!fenced_ok(checkpoint.run_id, owner))
-      return std::nullopt; // nothing written: commit is moot
-    if (auto earlier = recorded_entry(checkpoint.run_id, checkpoint.seq))
-      return earlier; // it stands; publish nothing again
-    checkpoint.payload = value;
-    insert_entry(checkpoint);
-    prepare("INSERT INTO events (run_id, key, value, updated_at) VALUES "
-            "(?1, ?2, ?3, ?4) ON CONFLICT (run_id, key) DO UPDATE SET "
-            "value = excluded.value, updated_at = excluded.updated_at")
-      .bind(1, checkpoint.run_id)
-      .bind(2, key)
-      .bind_blob(3, value)
-      .bind(4, checkpoint.created_at_ms)
-      .run();
-    return checkpoint;
-  });
-}
-
-std::optional<journal_entry>
-sqlite_store::record_phase(const fence& owner, journal_entry checkpoint,
-                           const std::string& phase) {
-  return in_transaction([&]() -> std::optional<journal_entry> {
-    if (!fenced_ok(checkpoint.run_id, owner))
-      return std::nullopt;
-    if (auto earlier = recorded_entry(checkpoint.run_id, checkpoint.seq))
-      return earlier;
-    checkpoint.payload = phase;
-    insert_entry(checkpoint);
-    prepare("UPDATE runs SET saga_phase = ?2 WHERE id = ?1")
-      .bind(1, checkpoint.run_id)
-      .bind(2, phase)
-      .run();
-    return checkpoint;
   });
 }
 
@@ -631,17 +516,6 @@ bool sqlite_store::fenced_ok(const std::string& run_id, const fence& owner) {
   return ok;
 }
 
-/// Records a delivery to run `run_id` at `at_ms`: marks it for the sweep if
-/// it is passivated now. Returns false if there is no such run.
-bool sqlite_store::mark_delivered(std::string_view run_id, std::int64_t at_ms) {
-  prepare("UPDATE runs SET wake_at = CASE WHEN wake_at > ?2 THEN 0 ELSE "
-          "wake_at END WHERE id = ?1")
-    .bind(1, run_id)
-    .bind(2, at_ms)
-    .run();
-  return sqlite3_changes(db_) == 1;
-}
-
 /// Run `run_id` ended at `at_ms`: its parent, if passivated then, may be
 /// waiting for that end.
 void sqlite_store::mark_parent_delivered(std::string_view run_id,
@@ -697,23 +571,6 @@ batch_result sqlite_store::write_batch(const persistence::write_batch& batch) {
     for (auto& i : batch.invocations)
       result.invocations.push_back(commit_invocation(i));
     return result;
-  });
-}
-
-std::optional<journal_entry> sqlite_store::run_transaction(
-  const fence& owner, journal_entry checkpoint,
-  const std::function<std::string(sql_session&)>& body) {
-  return in_transaction([&]() -> std::optional<journal_entry> {
-    if (!fenced_ok(checkpoint.run_id, owner))
-      return std::nullopt; // nothing written: commit is moot
-    // An outcome at this index (an attempt whose commit was in doubt)
-    // stands: the body does not run again.
-    if (auto earlier = recorded_entry(checkpoint.run_id, checkpoint.seq))
-      return earlier;
-    sqlite_session session{db_};
-    checkpoint.payload = body(session);
-    insert_entry(checkpoint); // the write lock is ours: nobody came between
-    return checkpoint;
   });
 }
 
@@ -1186,8 +1043,15 @@ public:
     db_.notice_in(payload);
   }
 
+  perdure::sql_session& user_session() override {
+    if (!session_)
+      session_.emplace(db_.db_);
+    return *session_;
+  }
+
 private:
   sqlite_store& db_;
+  std::optional<sqlite_session> session_;
 };
 
 void sqlite_store::read(const std::function<void(detail::sql_tx&)>& body) {

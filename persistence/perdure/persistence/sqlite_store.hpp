@@ -56,28 +56,12 @@ public:
   std::vector<cancelled_run>
   cancel_run(std::string_view run_id, std::int64_t at_ms,
              std::optional<std::int64_t> deadline_ms) override;
-  resolve_result resolve(const resolution& r) override;
-  std::optional<journal_entry> deliver(const fence& owner,
-                                       journal_entry checkpoint,
-                                       const delivery& d) override;
   void notify(std::string_view payload) override;
   using delivery_store::notify;
-  bool send_message(std::string_view run_id, std::string_view topic,
-                    std::string_view payload, std::int64_t at_ms) override;
-  std::optional<journal_entry> record_event(const fence& owner,
-                                            journal_entry checkpoint,
-                                            const std::string& key,
-                                            const std::string& value) override;
-  std::optional<journal_entry> record_phase(const fence& owner,
-                                            journal_entry checkpoint,
-                                            const std::string& phase) override;
   std::vector<run_record> claim_pending_runs(std::string_view executor,
                                              const claim_filter& filter,
                                              std::int64_t now_ms) override;
   batch_result write_batch(const persistence::write_batch& batch) override;
-  std::optional<journal_entry>
-  run_transaction(const fence& owner, journal_entry checkpoint,
-                  const std::function<std::string(sql_session&)>& body) override;
 
   /// Returns the notices (`notify`) with an id above `after`, oldest
   /// first, as (id, payload); `after` -1: none, only the newest id (a
@@ -155,10 +139,7 @@ private:
                                            const fence& owner,
                                            bool all_pending);
   run_record read_run_row(std::string_view id);
-  bool mark_delivered(std::string_view run_id, std::int64_t at_ms);
   void mark_parent_delivered(std::string_view run_id, std::int64_t at_ms);
-  resolve_result resolve_in(const resolution& r);
-  bool send_in(const outgoing_message& m);
 
   /// Checkpoints the write-ahead log and truncates it; true if it did.
   bool truncate_log();

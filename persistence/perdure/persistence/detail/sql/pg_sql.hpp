@@ -13,6 +13,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "perdure/pqxx_session.hpp"
 #include "perdure/persistence/detail/sql/rows.hpp"
 #include "perdure/persistence/detail/sql/sql_tx.hpp"
 
@@ -58,7 +59,14 @@ public:
 
   void notify(std::string_view payload) override;
 
+  perdure::sql_session& user_session() override {
+    if (!session_)
+      session_.emplace(t_, schema_);
+    return *session_;
+  }
+
 private:
+  std::optional<pqxx_session> session_;
   pqxx::transaction_base& t_;
   std::unordered_set<std::string>& prepared_;
   const std::string& schema_;

@@ -20,6 +20,7 @@
 #include <variant>
 
 #include "perdure/persistence/detail/sql/sql_row.hpp"
+#include "perdure/sql_session.hpp"
 
 namespace perdure::persistence::detail {
 
@@ -71,6 +72,9 @@ public:
     = 0;
 
   virtual sql_dialect dialect() const noexcept = 0;
+
+  /// The transaction as the user's SQL sees it (a transactional step).
+  virtual perdure::sql_session& user_session() = 0;
 
   /// Tells every process sharing the database `payload` (see
   /// persistence/notice.hpp) once this transaction commits.
