@@ -11,6 +11,7 @@
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/sql/pg_sql.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
+#include "perdure/persistence/detail/postgres/postgres_internal.hpp"
 #include "perdure/persistence/postgres_store.hpp"
 
 namespace perdure::persistence {
