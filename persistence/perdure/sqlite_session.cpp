@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "perdure/persistence/detail/sqlite_statement.hpp"
+#include "perdure/persistence/detail/sqlite/statement.hpp"
 
 namespace perdure {
 

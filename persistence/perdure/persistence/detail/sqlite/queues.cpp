@@ -5,7 +5,7 @@
 
 #include "perdure/error.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
-#include "perdure/persistence/detail/sqlite_statement.hpp"
+#include "perdure/persistence/detail/sqlite/statement.hpp"
 #include "perdure/persistence/sqlite_store.hpp"
 
 namespace perdure::persistence {
