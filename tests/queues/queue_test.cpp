@@ -326,6 +326,40 @@ TEST_F(queue_test, failed_attempts_are_retried_then_dead_lettered_and_requeued) 
   }
 }
 
+// Found by review of the SQL layer: on PostgreSQL this conflict came out
+// as a store error (the unique violation was wrapped before its catch).
+TEST_F(queue_test, a_dead_letter_whose_dedup_id_is_taken_again_is_not_requeued) {
+  std::atomic<bool> refuse{true};
+  runtime rt{db_.runtime_config()};
+  register_work(rt);
+  rt.register_workflow("refuse", [&](workflow_context&) -> task<std::string> {
+    if (refuse)
+      throw terminal_error("bad order");
+    co_return std::string{"fixed"};
+  });
+  queues::register_queue(rt, "d");
+  rt.start();
+  auto dead = queues::enqueue<std::string>(rt, "d", "refuse",
+                                           {.dedup_id = "order-9"});
+  EXPECT_THROW(dead.get(30s), perdure::error);
+  ASSERT_EQ(dead.status(), run_status::dead_letter);
+  // The dedup id is free again: another item takes it and runs a while.
+  auto other = queues::enqueue<std::string>(rt, "d", "work", item{"b", 600},
+                                            {.dedup_id = "order-9"});
+  ASSERT_NE(other.id(), dead.id());
+  try {
+    queues::requeue(rt, dead.id());
+    FAIL() << "requeued under a dedup id another item holds";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::conflicting_id) << ex.what();
+  }
+  EXPECT_EQ(dead.status(), run_status::dead_letter);
+  EXPECT_EQ(other.get(30s), "b");
+  refuse = false;
+  queues::requeue(rt, dead.id()); // the id is free once the other ended
+  EXPECT_EQ(dead.get(30s), "fixed");
+}
+
 TEST_F(queue_test, a_terminal_error_dead_letters_at_once) {
   std::atomic<int> tries{0};
   runtime rt{db_.runtime_config()};

@@ -3,6 +3,7 @@
 // carry a write of their own (a delivery made by a run, an event, a saga
 // phase, a transactional step's SQL).
 
+#include "perdure/error.hpp"
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/sql/rows.hpp"
@@ -165,7 +166,10 @@ sql_store::fenced(const fence& owner, journal_entry checkpoint,
       stored = entry_at(tx, checkpoint.run_id, checkpoint.seq);
     });
     if (!stored)
-      throw;
+      throw perdure::error(errc::store_error,
+                           "run " + checkpoint.run_id + " index "
+                             + std::to_string(checkpoint.seq)
+                             + " was taken, and nothing is recorded there");
     return stored;
   }
   return out;

@@ -240,7 +240,7 @@ std::optional<object_record> sql_store::get_object(std::string_view type,
                            "updated_at FROM {s}objects WHERE type = $1 AND "
                            "key = $2"};
   std::optional<object_record> out;
-  read([&](sql_tx& tx) {
+  autocommit([&](sql_tx& tx) { // one statement: no transaction around it
     out = tx.first(q, {type, key}, [&](const sql_row& r) {
       object_record o;
       o.type = type;
@@ -263,7 +263,7 @@ std::vector<std::string> sql_store::list_object_keys(std::string_view type,
                            "SELECT key FROM {s}objects WHERE type = $1 AND "
                            "key > $2 ORDER BY key LIMIT $3"};
   std::vector<std::string> keys;
-  read([&](sql_tx& tx) { keys = ids_of(tx, q, {type, after, limit}); });
+  autocommit([&](sql_tx& tx) { keys = ids_of(tx, q, {type, after, limit}); });
   return keys;
 }
 

@@ -188,14 +188,6 @@ void postgres_store::connect() {
   c->prepare("complete_runs", "WITH completed AS (" + complete_sql(s, 1)
                                 + "), " + wake_parents_sql(s)
                                 + " SELECT id FROM completed");
-  c->prepare("insert_entry",
-             "INSERT INTO " + s
-               + "journal (run_id, seq, kind, name, outcome, payload, error, "
-                 "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
-  c->prepare("get_entry",
-             "SELECT run_id, seq, kind, name, outcome, payload, error, "
-             "created_at FROM "
-               + s + "journal WHERE run_id = $1 AND seq = $2");
   c->prepare("get_entries",
              "SELECT j.run_id, j.seq, j.kind, j.name, j.outcome, j.payload, "
              "j.error, j.created_at FROM "

@@ -19,6 +19,8 @@ std::string_view read_cast(std::string_view sql, std::size_t& i) {
   auto end = start;
   while (end < sql.size() && is_name_char(sql[end]))
     ++end;
+  if (end == start)
+    return {}; // `::` and no type name: not a cast, left as it is
   auto type = sql.substr(start, end - start);
   if (sql.compare(end, 2, "[]") == 0)
     end += 2;
