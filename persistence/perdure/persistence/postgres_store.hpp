@@ -111,6 +111,8 @@ private:
 
   void connect();
   void prepare_objects(connection& c, const std::string& s);
+  void prepare_runs(connection& c, const std::string& s);
+  void prepare_batches(connection& c, const std::string& s);
   /// The key was given up by `executor` (in `w`, which locked its row):
   /// the invocations it held go back to ENQUEUED, and every process is
   /// told (on commit).

@@ -33,10 +33,19 @@ void postgres_store::connect() {
   auto s = c->quote_name(schema_) + ".";
   schema_prefix_ = s;
   prepared_.clear(); // a new connection has none
+  prepare_runs(*c, s);
+  prepare_batches(*c, s);
+  prepare_executors(*c, s);
+  prepare_objects(*c, s);
+  conn_ = std::move(c);
+}
+
+/// Runs: creating, claiming, cancelling, saga undo.
+void postgres_store::prepare_runs(connection& c, const std::string& s) {
   // Insert-or-read in one statement (one round trip, autocommit). A row
   // inserted by a transaction still in flight is not visible to the read
   // half: the caller retries.
-  c->prepare("create_run",
+  c.prepare("create_run",
              "WITH ins AS (INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
                  "app_version, created_at, updated_at, parent_id, deadline, "
@@ -56,7 +65,7 @@ void postgres_store::connect() {
                + "runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ins)");
   // Many runs at once (the writer batches starts): new ids inserted, taken
   // ones left alone; the inserted ids come back.
-  c->prepare("create_runs", create_runs_sql(s, 1));
+  c.prepare("create_runs", create_runs_sql(s, 1));
   // The run and its PENDING descendants (none below a compensating saga:
   // those are its compensations' calls; below a saga going forward, only
   // child sagas: a plain child or call is what a step in flight waits
@@ -71,7 +80,7 @@ void postgres_store::connect() {
   // re-checked on the locked row: a retry may have put the item back).
   auto at_deadline = std::string{
     "($3::bigint IS NULL OR (status = 'PENDING' AND deadline = $3))"};
-  c->prepare("cancel_run",
+  c.prepare("cancel_run",
              "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM " + s
                + "runs WHERE id = $1 AND (status = 'PENDING' OR (status = "
                  "'ENQUEUED' AND (queue_name IS NOT NULL OR object_key IS NOT "
@@ -100,10 +109,10 @@ void postgres_store::connect() {
                + "runs p SET wake_at = 0 FROM changed c WHERE c.id = $1 AND "
                  "c.status = 'CANCELLED' AND p.id = c.parent_id AND p.wake_at "
                  "> $2) SELECT id, status <> 'CANCELLED' FROM changed");
-  c->prepare("notify", "SELECT pg_notify($1, $2)");
+  c.prepare("notify", "SELECT pg_notify($1, $2)");
   // A completed saga's undo: its journal up to its DONE phase, its inputs,
   // and a cancellation to observe there.
-  c->prepare("copy_journal_for_undo",
+  c.prepare("copy_journal_for_undo",
              "INSERT INTO " + s
                + "journal (run_id, seq, kind, name, outcome, payload, error, "
                  "created_at) SELECT $1, seq, kind, "
@@ -114,23 +123,34 @@ void postgres_store::connect() {
                + s
                + "journal WHERE run_id = $2 AND kind = 'phase' AND payload = "
                  "convert_to('DONE', 'UTF8')), 2147483647)");
-  c->prepare("request_undo",
+  c.prepare("request_undo",
              "UPDATE " + s + "runs u SET inputs = o.inputs, saga_phase = "
                "'FORWARD', cancel_requested_at = $3 FROM " + s
                + "runs o WHERE u.id = $1 AND o.id = $2 RETURNING "
                + qualified_run_columns("u"));
-  c->prepare("claim_runs",
+  c.prepare("claim_runs",
              "UPDATE " + s
                + "runs SET epoch = epoch + 1, recovery_attempts = "
                  "recovery_attempts + CASE WHEN wake_at > $2 THEN 0 ELSE 1 "
                  "END WHERE executor = $1 AND status = 'PENDING' AND "
                + claimable("$3", "$4") + " AND " + holds_lease(s, "$1", "$5")
                + " RETURNING " + run_columns);
-  c->prepare("release_unclaimable",
+  c.prepare("release_unclaimable",
              "UPDATE " + s
                + "runs SET executor = '', epoch = epoch + 1 WHERE executor = "
                  "$1 AND status = 'PENDING' AND object_type IS NULL AND NOT ("
                + claimable("$2", "$3") + ") AND " + holds_lease(s, "$1", "$4"));
+  c.prepare("claim_run",
+             "UPDATE " + s
+               + "runs SET epoch = epoch + $7, wake_at = NULL, recovery_attempts "
+                 "= recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
+                 "status = 'PENDING' AND ($7 = 1 OR wake_at IS NOT NULL) AND "
+               + claimable("$4", "$5") + " AND " + holds_lease(s, "$2", "$6")
+               + " RETURNING " + run_columns);
+}
+
+/// The journal writer's batch: the fence, appends, completions, creations.
+void postgres_store::prepare_batches(connection& c, const std::string& s) {
   // The fence: lock FOR SHARE the named runs still under the expected owner
   // and epoch, and keep those still PENDING. A row a takeover updates
   // meanwhile is re-checked against the new epoch before it is locked
@@ -146,7 +166,7 @@ void postgres_store::connect() {
   // The lease (parameter `lease`, 0: unchecked) is the executor's: once a
   // takeover declared it lapsed, nothing of its holder gets through.
   auto fence_sql = [&](int lease) { return detail::fence_sql(s, lease); };
-  c->prepare("fence_check", fence_sql(4));
+  c.prepare("fence_check", fence_sql(4));
   // A small batch is one statement in autocommit: one round trip, one
   // commit (what a lone workflow's latency needs). The fence locks the owned run rows FOR SHARE, so a concurrent
   // takeover (which bumps the epoch) either waits for this commit or makes
@@ -182,28 +202,18 @@ void postgres_store::connect() {
                        : std::string{})
            + "SELECT 'i', count(*)::text FROM appended";
   };
-  c->prepare("write_batch_appending", batch_sql(false, false));
-  c->prepare("write_batch", batch_sql(true, false));
-  c->prepare("write_batch_creating", batch_sql(true, true));
-  c->prepare("complete_runs", "WITH completed AS (" + complete_sql(s, 1)
+  c.prepare("write_batch_appending", batch_sql(false, false));
+  c.prepare("write_batch", batch_sql(true, false));
+  c.prepare("write_batch_creating", batch_sql(true, true));
+  c.prepare("complete_runs", "WITH completed AS (" + complete_sql(s, 1)
                                 + "), " + wake_parents_sql(s)
                                 + " SELECT id FROM completed");
-  c->prepare("get_entries",
+  c.prepare("get_entries",
              "SELECT j.run_id, j.seq, j.kind, j.name, j.outcome, j.payload, "
              "j.error, j.created_at FROM "
                + s
                + "journal j WHERE (j.run_id, j.seq) IN (SELECT * FROM "
                  "unnest($1::text[], $2::int[]))");
-  c->prepare("claim_run",
-             "UPDATE " + s
-               + "runs SET epoch = epoch + $7, wake_at = NULL, recovery_attempts "
-                 "= recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
-                 "status = 'PENDING' AND ($7 = 1 OR wake_at IS NOT NULL) AND "
-               + claimable("$4", "$5") + " AND " + holds_lease(s, "$2", "$6")
-               + " RETURNING " + run_columns);
-  prepare_executors(*c, s);
-  prepare_objects(*c, s);
-  conn_ = std::move(c);
 }
 
 void postgres_store::prepare_executors(connection& c,

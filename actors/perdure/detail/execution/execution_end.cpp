@@ -1,0 +1,171 @@
+// How an execution ends: its final status written, a queue item put back
+// for another attempt, the actor told to stop, restart or crash.
+
+#include "perdure/detail/execution/execution.hpp"
+
+#include <limits>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "perdure/cancelled_error.hpp"
+#include "perdure/detail/timer/clock.hpp"
+#include "perdure/final_status_error.hpp"
+#include "perdure/detail/delivery/notice_router.hpp"
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/object/object_directory.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
+#include "perdure/detail/runs/run_launcher.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/persistence/journal_writer.hpp"
+#include "perdure/persistence/text.hpp"
+#include "perdure/terminal_error.hpp"
+
+namespace perdure::detail {
+
+void execution::finish() {
+  auto terminal = false;
+  persistence::completion_write c;
+  c.run_id = run_id_;
+  c.owner = owner();
+  c.at_ms = now_ms();
+  if (fatal_) {
+    c.status = run_status::error;
+    c.error = *fatal_;
+  } else {
+    try {
+      auto out = driver->take_result();
+      if (out.size() > max_payload_) {
+        c.status = run_status::error;
+        c.error = "output of " + std::to_string(out.size())
+                  + " bytes exceeds the limit of "
+                  + std::to_string(max_payload_);
+      } else {
+        c.status = run_status::success;
+        c.output = std::move(out);
+      }
+    } catch (const final_status_error& ex) {
+      c.status = is_terminal(ex.status()) ? ex.status() : run_status::error;
+      c.error = persistence::valid_text(ex.what());
+    } catch (const cancelled_error& ex) {
+      c.status = run_status::cancelled;
+      c.error = persistence::valid_text(ex.what());
+    } catch (const terminal_error& ex) {
+      c.status = run_status::error;
+      c.error = persistence::valid_text(ex.what());
+      terminal = true;
+    } catch (const std::exception& ex) {
+      c.status = run_status::error;
+      c.error = persistence::valid_text(ex.what());
+    } catch (...) {
+      c.status = run_status::error;
+      c.error = "unknown exception";
+    }
+  }
+  driver.reset();
+  if (item_ && c.status == run_status::error && !abandoned) {
+    // A queue item's failed attempt: back to its queue, or dead-lettered.
+    std::optional<std::int64_t> again;
+    if (rt->queues)
+      again = rt->queues->retry_at(item_->queue, item_->attempts, terminal);
+    else if (!terminal && item_->attempts < default_item_retry::max_attempts)
+      again = detail::now_ms() + default_item_retry::backoff_ms;
+    if (again) {
+      requeue(*again, *c.error);
+      return;
+    }
+    c.status = run_status::dead_letter;
+  }
+  host_->settle_end(c);
+  final_outcome = std::make_unique<run_outcome>(
+    run_outcome{c.status, c.output, c.error});
+  if (item_ && rt->queues)
+    rt->queues->finishing(run_id_);
+  auto me = mailbox_;
+  rt->writer->submit(host_->final_write(std::move(c)),
+                     [me](persistence::write_result r) {
+                       send_signal(me, run_signal::ended,
+                                   static_cast<std::int32_t>(r.ack));
+                     });
+}
+
+void execution::requeue(std::int64_t not_before_ms, std::string error) {
+  requeued_ = true;
+  auto me = mailbox_;
+  rt->control->post([me, rt = rt, id = run_id_, fence = owner(),
+                     not_before_ms, error = std::move(error)] {
+    auto ack = persistence::write_ack::failed;
+    try {
+      auto done = rt->stores->with([&](persistence::store& db) {
+        return db.retry_item(fence, id, not_before_ms, error,
+                             detail::now_ms());
+      });
+      ack = done ? persistence::write_ack::committed
+                 : persistence::write_ack::rejected;
+    } catch (const std::exception& ex) {
+      rt->log().warn("perdure: queue item {} could not go back to its queue "
+                     "({}); it is tried again here",
+                     id, ex.what());
+    }
+    send_signal(me, run_signal::ended, static_cast<std::int32_t>(ack));
+  });
+}
+
+void execution::on_ended(std::int32_t ack) {
+  if (requeued_) {
+    // Back in its queue: not an end; a waiting handle goes on waiting.
+    if (write_committed(ack, "its return to its queue")) {
+      rt->queue_item_released(run_id_);
+      stop(std::nullopt);
+    }
+    return;
+  }
+  if (write_committed(ack, "its final status")) {
+    ended_ = true;
+    stop(*final_outcome);
+  }
+}
+
+std::int64_t execution::passivate_after_ms() const {
+  // Staying: a year is "never" here, and no sum with it overflows.
+  constexpr std::int64_t never = 365LL * 24 * 3600 * 1000;
+  return host_->may_passivate() ? rt->cfg.passivate_after.count() : never;
+}
+
+void execution::stop(std::optional<run_outcome> outcome) {
+  auto ended = outcome.has_value();
+  rt->run_stopped(run_id_, std::move(outcome), epoch);
+  if (ended && parent_id) {
+    rt->launcher->wake(*parent_id, -1); // a parent may be waiting for this end
+    // In another process (a call's caller):
+    rt->notices->announce(persistence::notice::woken(*parent_id));
+  }
+  leave();
+}
+
+void execution::leave() {
+  if (body_seq >= 0) {
+    quitting = true;
+    return;
+  }
+  quit_host();
+}
+
+void execution::restart() {
+  stop(std::nullopt);
+  rt->runs->orphaned(run_id_);
+}
+
+void execution::crash() {
+  rt->run_stopped(run_id_, std::nullopt, epoch);
+  rt->runs->orphaned(run_id_, true);
+  leave();
+}
+
+} // namespace perdure::detail
