@@ -71,20 +71,24 @@ TEST_F(misuse_test, a_sleep_too_long_to_represent_never_wakes_early) {
   EXPECT_EQ(ms.status(), run_status::cancelled);
 }
 
-TEST_F(misuse_test, stop_called_from_step_code_is_a_clear_error) {
-  runtime* self = nullptr;
-  runtime rt{db_.runtime_config()};
-  self = &rt;
-  rt.register_workflow("stopper", [&](workflow_context& ctx) -> task<std::string> {
-    co_return co_await ctx.step("stop", [&] {
+/// Registers "stopper": a step that stops `rt` and returns what stop()
+/// threw (or "stopped").
+void register_stopper(runtime& rt) {
+  rt.register_workflow("stopper", [&rt](workflow_context& ctx) -> task<std::string> {
+    co_return co_await ctx.step("stop", [&rt] {
       try {
-        self->stop();
+        rt.stop();
         return std::string{"stopped"};
       } catch (const perdure::error& ex) {
         return std::string{to_string(ex.code())};
       }
     });
   });
+}
+
+TEST_F(misuse_test, stop_called_from_step_code_is_a_clear_error) {
+  runtime rt{db_.runtime_config()};
+  register_stopper(rt);
   rt.start();
   EXPECT_EQ(rt.start_workflow<std::string>("stopper").get(10s),
             "invalid_argument");
@@ -94,19 +98,8 @@ TEST_F(misuse_test, stop_called_from_step_code_is_a_clear_error) {
 // pool belongs to the runtime too, so stop() from an item's step is the
 // same clear error (it hung: stop() waited for the actor waiting for it).
 TEST_F(misuse_test, stop_called_from_a_queue_item_s_step_is_a_clear_error) {
-  runtime* self = nullptr;
   runtime rt{db_.runtime_config()};
-  self = &rt;
-  rt.register_workflow("stopper", [&](workflow_context& ctx) -> task<std::string> {
-    co_return co_await ctx.step("stop", [&] {
-      try {
-        self->stop();
-        return std::string{"stopped"};
-      } catch (const perdure::error& ex) {
-        return std::string{to_string(ex.code())};
-      }
-    });
-  });
+  register_stopper(rt);
   queues::register_queue(rt, "q", {.worker_concurrency = 1});
   rt.start();
   EXPECT_EQ(queues::enqueue<std::string>(rt, "q", "stopper").get(10s),

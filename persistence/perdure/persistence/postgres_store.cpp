@@ -124,15 +124,6 @@ void postgres_store::in_autocommit(
 
 } // namespace perdure::persistence
 
-namespace perdure::persistence::detail {
-
-std::string pg_holds_lease(const std::string& s, const std::string& executor,
-                           const std::string& lease) {
-  return holds_lease(s, executor, lease);
-}
-
-} // namespace perdure::persistence::detail
-
 namespace perdure::persistence {
 
 void postgres_store::read(const std::function<void(detail::sql_tx&)>& body) {

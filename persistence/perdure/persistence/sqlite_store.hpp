@@ -11,6 +11,12 @@ struct sqlite3_stmt;
 
 namespace perdure::persistence {
 
+namespace detail {
+struct queue_candidate;
+struct queue_choice;
+struct queue_load;
+} // namespace detail
+
 /// Calls `observer` with the text of each statement any SQLite store of
 /// this process prepares from now on (once per store and text; null:
 /// none). For tests that check every statement's query plan.
@@ -140,6 +146,18 @@ private:
                                            bool all_pending);
   run_record read_run_row(std::string_view id);
   void mark_parent_delivered(std::string_view run_id, std::int64_t at_ms);
+
+  /// The database's clock (ms since the epoch).
+  std::int64_t db_now_ms();
+  /// What counts against a queue's limits now (see `claim_queued`).
+  detail::queue_load queue_load_of(const queue_claim_request& req);
+  /// The items of the queue that may be claimed, in order.
+  std::vector<detail::queue_candidate>
+  queue_candidates(const queue_claim_request& req);
+  /// Claims the chosen items still ENQUEUED, counting their starts.
+  void claim_chosen(const queue_claim_request& req,
+                    const detail::queue_choice& choice,
+                    const detail::queue_load& load, queue_claim& out);
 
   /// Checkpoints the write-ahead log and truncates it; true if it did.
   bool truncate_log();

@@ -383,6 +383,9 @@ private:
 
   /// Runs one attempt of the operation in flight on the step executor.
   void dispatch();
+  /// `dispatch` of a step: its body on a step thread (this one, if it ran
+  /// the last step and no other run's step waits).
+  void dispatch_step(std::int32_t seq);
 
   /// Stores the delivery in flight together with its checkpoint (off the
   /// actor: exactly once), then wakes the run it went to.

@@ -18,32 +18,84 @@
 #include "perdure/detail/timer/timer_service.hpp"
 #include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/text.hpp"
+#include "perdure/terminal_error.hpp"
 
 namespace perdure::detail {
 
+namespace {
+
+/// A checkpoint with a write of its own (a transactional step, an event, a
+/// saga phase), on an executor thread: the write and its checkpoint in
+/// one transaction, the outcome sent to the execution.
+void write_checkpoint(const mailbox& me, std::int32_t seq,
+                      const persistence::journal_entry& checkpoint,
+                      const persistence::fence& fence,
+                      const transaction_body& body,
+                      persistence::entry_kind kind, bool own_row,
+                      runtime_services* rt) {
+  auto is_event = kind == persistence::entry_kind::event
+                  || kind == persistence::entry_kind::phase;
+  auto send_failure = [&](persistence::outcome o, const char* what) {
+    send_outcome(me, seq, o, {}, what, false);
+  };
+  if (!rt->runs->owns(checkpoint.run_id, fence.epoch)) {
+    send_signal(me, run_signal::drop, seq);
+    return;
+  }
+  auto body_ran = false;
+  try {
+    auto& pool = own_row ? *rt->stores : *rt->tx_stores;
+    auto recorded = pool.with([&](persistence::store& db) {
+      if (kind == persistence::entry_kind::phase)
+        return db.record_phase(fence, checkpoint, checkpoint.payload);
+      if (is_event) // Perdure's own row, with its checkpoint
+        return db.record_event(fence, checkpoint, checkpoint.name,
+                               checkpoint.payload);
+      return db.run_transaction(fence, checkpoint, [&](sql_session& s) {
+        body_ran = true;
+        return body(s);
+      });
+    });
+    if (!recorded) {
+      send_signal(me, run_signal::fenced, seq);
+      return;
+    }
+    // As recorded: an outcome an earlier attempt committed stands.
+    auto& e = *recorded;
+    if (kind == persistence::entry_kind::event
+        && e.outcome == persistence::outcome::value)
+      e.payload.clear(); // the event's value is no result
+    send_outcome(me, seq, e.outcome, std::move(e.payload),
+                 std::move(e.error), true);
+  } catch (const perdure::error& ex) {
+    // A store that could not be reached before the user's SQL ran
+    // restarts the run (no attempt spent). Once the body ran, an
+    // outage-like failure spends an attempt: the user's SQL can fail in
+    // ways that look like one (a deadlock every time, an idle-session
+    // timeout), and its retry policy must bound them.
+    if (outage(ex.code()) && !body_ran)
+      send_signal(me, run_signal::restart, seq);
+    else
+      send_failure(persistence::outcome::failed, ex.what());
+  } catch (const terminal_error& ex) {
+    send_failure(persistence::outcome::terminal, ex.what());
+  } catch (const std::exception& ex) {
+    send_failure(persistence::outcome::failed, ex.what());
+  } catch (...) {
+    send_failure(persistence::outcome::failed, "unknown exception");
+  }
+}
+
+} // namespace
+
 void execution::dispatch() {
   ++attempt;
-  auto me = mailbox_;
   auto seq = op->seq;
   if (op->kind == persistence::entry_kind::step
       || op->kind == persistence::entry_kind::transaction)
     body_seq = seq;
   if (op->kind == persistence::entry_kind::step) {
-    // The step thread hands a final outcome straight to the journal
-    // writer; the ack comes back to the host, or, if the step thread
-    // committed it itself, the step thread goes on (see `run_steps`).
-    auto last_attempt = attempt >= op->policy.max_attempts;
-    step_job job{me,      this,           seq, last_attempt,
-                 op->body, owner(), entry_for(seq), rt};
-    if (inline_next_ && !steps_->has_queued_jobs()) {
-      // On the step thread that ran the last one, which goes on with it,
-      // unless other runs' steps wait for a thread (they go first: FIFO).
-      *inline_next_ = std::move(job);
-      return;
-    }
-    steps_->post([job = std::move(job)]() mutable {
-      run_steps(std::move(job));
-    });
+    dispatch_step(seq);
     return;
   }
   if (op->delivery) {
@@ -53,9 +105,8 @@ void execution::dispatch() {
   auto checkpoint = entry_for(seq);
   checkpoint.created_at_ms = now_ms();
   auto kind = op->kind;
-  auto is_event = kind == persistence::entry_kind::event
-                  || kind == persistence::entry_kind::phase;
-  if (is_event)
+  if (kind == persistence::entry_kind::event
+      || kind == persistence::entry_kind::phase)
     checkpoint.payload = op->payload;
   // A transaction runs user SQL (step executor); an event is the
   // runtime's own row (control executor). A saga's phase is too, but two
@@ -64,57 +115,27 @@ void execution::dispatch() {
   // (concurrent commits share WAL flushes).
   auto own_row = kind == persistence::entry_kind::event;
   auto& executor = own_row ? *rt->control : *steps_;
-  executor.post([me, seq, checkpoint, fence = owner(), body = op->tx_body,
-                 is_event, own_row, kind, rt = rt] {
-    auto send_failure = [&](persistence::outcome o, const char* what) {
-      send_outcome(me, seq, o, {}, what, false);
-    };
-    if (!rt->runs->owns(checkpoint.run_id, fence.epoch)) {
-      send_signal(me, run_signal::drop, seq);
-      return;
-    }
-    auto body_ran = false;
-    try {
-      auto& pool = own_row ? *rt->stores : *rt->tx_stores;
-      auto recorded = pool.with([&](persistence::store& db) {
-        if (kind == persistence::entry_kind::phase)
-          return db.record_phase(fence, checkpoint, checkpoint.payload);
-        if (is_event) // Perdure's own row, with its checkpoint
-          return db.record_event(fence, checkpoint, checkpoint.name,
-                                 checkpoint.payload);
-        return db.run_transaction(fence, checkpoint, [&](sql_session& s) {
-          body_ran = true;
-          return body(s);
-        });
-      });
-      if (!recorded) {
-        send_signal(me, run_signal::fenced, seq);
-        return;
-      }
-      // As recorded: an outcome an earlier attempt committed stands.
-      auto& e = *recorded;
-      if (kind == persistence::entry_kind::event
-          && e.outcome == persistence::outcome::value)
-        e.payload.clear(); // the event's value is no result
-      send_outcome(me, seq, e.outcome, std::move(e.payload),
-                   std::move(e.error), true);
-    } catch (const perdure::error& ex) {
-      // A store that could not be reached before the user's SQL ran
-      // restarts the run (no attempt spent). Once the body ran, an
-      // outage-like failure spends an attempt: the user's SQL can fail
-      // in ways that look like one (a deadlock every time, an
-      // idle-session timeout), and its retry policy must bound them.
-      if (outage(ex.code()) && !body_ran)
-        send_signal(me, run_signal::restart, seq);
-      else
-        send_failure(persistence::outcome::failed, ex.what());
-    } catch (const terminal_error& ex) {
-      send_failure(persistence::outcome::terminal, ex.what());
-    } catch (const std::exception& ex) {
-      send_failure(persistence::outcome::failed, ex.what());
-    } catch (...) {
-      send_failure(persistence::outcome::failed, "unknown exception");
-    }
+  executor.post([me = mailbox_, seq, checkpoint, fence = owner(),
+                 body = op->tx_body, kind, own_row, rt = rt] {
+    write_checkpoint(me, seq, checkpoint, fence, body, kind, own_row, rt);
+  });
+}
+
+void execution::dispatch_step(std::int32_t seq) {
+  // The step thread hands a final outcome straight to the journal writer;
+  // the ack comes back to the host, or, if the step thread committed it
+  // itself, the step thread goes on (see `run_steps`).
+  auto last_attempt = attempt >= op->policy.max_attempts;
+  step_job job{mailbox_, this,    seq,            last_attempt,
+               op->body, owner(), entry_for(seq), rt};
+  if (inline_next_ && !steps_->has_queued_jobs()) {
+    // On the step thread that ran the last one, which goes on with it,
+    // unless other runs' steps wait for a thread (they go first: FIFO).
+    *inline_next_ = std::move(job);
+    return;
+  }
+  steps_->post([job = std::move(job)]() mutable {
+    run_steps(std::move(job));
   });
 }
 

@@ -388,6 +388,121 @@ void object_host::quit() {
   self->quit();
 }
 
+/// An invocation handed to this key: queued, or (leaving) passed on.
+void object_host::on_arrived(invocation_arrived& m) {
+  ++received;
+  if (stopping) {
+    // Handed as the actor left: whoever holds the key next takes it.
+    rt->run_stopped(m.run.id, std::nullopt, -1);
+    rt->control->post([svc = rt, t = type, k = key] {
+      svc->objects->reach(t, k, true);
+    });
+    return;
+  }
+  if (taking_inbox) {
+    handed_in_take.push_back(std::move(m.run));
+    return;
+  }
+  queue.push_back(std::move(m.run));
+  run_next();
+}
+
+/// Calls were stored for the key (or it is to be claimed again).
+void object_host::on_inbox_news(inbox_news& m) {
+  if (stopping)
+    return; // it left the directory: the key's next holder takes them
+  if (m.reclaim) {
+    doomed = true; // claimed again, with whatever it missed
+    if (!current && committing.empty() && readers.empty())
+      leave(true);
+    return;
+  }
+  if (m.handed)
+    ++received; // counted as handed (see object_directory::reach)
+  take_inbox();
+}
+
+/// The inbox taken from the store: held in the order stored.
+void object_host::on_inbox_taken(inbox_taken& m) {
+  taking_inbox = false;
+  auto handed = std::exchange(handed_in_take, {});
+  if (!m.runs) { // the key went to another process
+    for (auto& run : handed)
+      queue.push_back(std::move(run));
+    leave(false);
+    return;
+  }
+  // In the order they were stored (a place not known goes last).
+  std::vector<std::pair<persistence::run_record, bool>> arrived;
+  for (auto& run : *m.runs)
+    arrived.emplace_back(std::move(run), true);
+  for (auto& run : handed)
+    arrived.emplace_back(std::move(run), false);
+  auto place = [](const persistence::run_record& r) {
+    return r.inbox_seq > 0 ? r.inbox_seq
+                           : std::numeric_limits<std::int64_t>::max();
+  };
+  std::stable_sort(arrived.begin(), arrived.end(),
+                   [&](const auto& a, const auto& b) {
+                     return place(a.first) < place(b.first);
+                   });
+  for (auto& [run, taken] : arrived) {
+    if (taken)
+      hold(std::move(run));
+    else // known to the runtime already (see object_directory)
+      queue.push_back(std::move(run));
+  }
+  if (std::exchange(inbox_again, false))
+    take_inbox();
+  run_next();
+}
+
+/// A queued (or just started) invocation was cancelled.
+void object_host::on_queued_cancel(queued_cancel& m) {
+  auto is_it = [&](auto& run) { return run.id == m.run_id; };
+  auto held = std::find_if(handed_in_take.begin(),
+                           handed_in_take.end(), is_it);
+  bool was_held = held != handed_in_take.end();
+  if (was_held) // never runs either
+    handed_in_take.erase(held);
+  auto q = std::find_if(queue.begin(), queue.end(), is_it);
+  if (q != queue.end() || was_held) {
+    // Never runs: the store says CANCELLED.
+    if (q != queue.end())
+      queue.erase(q);
+    rt->run_stopped(m.run_id,
+                      run_outcome{run_status::cancelled, std::nullopt,
+                                  std::string{"cancelled"}},
+                      -1);
+    return;
+  }
+  // Started meanwhile: its execution observes the cancel.
+  auto started = [&](invocation& inv) {
+    if (inv.exec.run_id() != m.run_id)
+      return false;
+    tagged_run_message t{inv.tag, signalled{run_signal::cancel, 0}};
+    deliver(t);
+    return true;
+  };
+  if (current && started(*current))
+    return;
+  for (auto& [tag, r] : readers)
+    if (started(*r))
+      return;
+}
+
+/// Nothing to do since the idle timer was armed: passivate.
+void object_host::on_idle_check(idle_check& m) {
+  if (m.generation != idle_generation || current || !queue.empty()
+      || !committing.empty() || !readers.empty() || taking_inbox
+      || stopping)
+    return;
+  if (rt->objects->try_passivate(type, key,
+                                   caf::actor_cast<caf::actor>(self),
+                                   received))
+    quit();
+}
+
 void object_host::on(object_message& message) {
   struct visitor {
     object_host& h;
@@ -395,99 +510,16 @@ void object_host::on(object_message& message) {
       h.deliver(m);
     }
     void operator()(invocation_arrived& m) {
-      ++h.received;
-      if (h.stopping) {
-        // Handed as the actor left: whoever holds the key next takes it.
-        h.rt->run_stopped(m.run.id, std::nullopt, -1);
-        h.rt->control->post([rt = h.rt, type = h.type, key = h.key] {
-          rt->objects->reach(type, key, true);
-        });
-        return;
-      }
-      if (h.taking_inbox) {
-        h.handed_in_take.push_back(std::move(m.run));
-        return;
-      }
-      h.queue.push_back(std::move(m.run));
-      h.run_next();
+      h.on_arrived(m);
     }
     void operator()(inbox_news& m) {
-      if (h.stopping)
-        return; // it left the directory: the key's next holder takes them
-      if (m.reclaim) {
-        h.doomed = true; // claimed again, with whatever it missed
-        if (!h.current && h.committing.empty() && h.readers.empty())
-          h.leave(true);
-        return;
-      }
-      if (m.handed)
-        ++h.received; // counted as handed (see object_directory::reach)
-      h.take_inbox();
+      h.on_inbox_news(m);
     }
     void operator()(inbox_taken& m) {
-      h.taking_inbox = false;
-      auto handed = std::exchange(h.handed_in_take, {});
-      if (!m.runs) { // the key went to another process
-        for (auto& run : handed)
-          h.queue.push_back(std::move(run));
-        h.leave(false);
-        return;
-      }
-      // In the order they were stored (a place not known goes last).
-      std::vector<std::pair<persistence::run_record, bool>> arrived;
-      for (auto& run : *m.runs)
-        arrived.emplace_back(std::move(run), true);
-      for (auto& run : handed)
-        arrived.emplace_back(std::move(run), false);
-      auto place = [](const persistence::run_record& r) {
-        return r.inbox_seq > 0 ? r.inbox_seq
-                               : std::numeric_limits<std::int64_t>::max();
-      };
-      std::stable_sort(arrived.begin(), arrived.end(),
-                       [&](const auto& a, const auto& b) {
-                         return place(a.first) < place(b.first);
-                       });
-      for (auto& [run, taken] : arrived) {
-        if (taken)
-          h.hold(std::move(run));
-        else // known to the runtime already (see object_directory)
-          h.queue.push_back(std::move(run));
-      }
-      if (std::exchange(h.inbox_again, false))
-        h.take_inbox();
-      h.run_next();
+      h.on_inbox_taken(m);
     }
     void operator()(queued_cancel& m) {
-      auto is_it = [&](auto& run) { return run.id == m.run_id; };
-      auto held = std::find_if(h.handed_in_take.begin(),
-                               h.handed_in_take.end(), is_it);
-      bool was_held = held != h.handed_in_take.end();
-      if (was_held) // never runs either
-        h.handed_in_take.erase(held);
-      auto q = std::find_if(h.queue.begin(), h.queue.end(), is_it);
-      if (q != h.queue.end() || was_held) {
-        // Never runs: the store says CANCELLED.
-        if (q != h.queue.end())
-          h.queue.erase(q);
-        h.rt->run_stopped(m.run_id,
-                          run_outcome{run_status::cancelled, std::nullopt,
-                                      std::string{"cancelled"}},
-                          -1);
-        return;
-      }
-      // Started meanwhile: its execution observes the cancel.
-      auto started = [&](invocation& inv) {
-        if (inv.exec.run_id() != m.run_id)
-          return false;
-        tagged_run_message t{inv.tag, signalled{run_signal::cancel, 0}};
-        h.deliver(t);
-        return true;
-      };
-      if (h.current && started(*h.current))
-        return;
-      for (auto& [tag, r] : h.readers)
-        if (started(*r))
-          return;
+      h.on_queued_cancel(m);
     }
     void operator()(quit_request&) {
       h.quit();
@@ -496,14 +528,7 @@ void object_host::on(object_message& message) {
       h.give_up_key("its state cannot be read", m.version);
     }
     void operator()(idle_check& m) {
-      if (m.generation != h.idle_generation || h.current || !h.queue.empty()
-          || !h.committing.empty() || !h.readers.empty() || h.taking_inbox
-          || h.stopping)
-        return;
-      if (h.rt->objects->try_passivate(h.type, h.key,
-                                       caf::actor_cast<caf::actor>(h.self),
-                                       h.received))
-        h.quit();
+      h.on_idle_check(m);
     }
   };
   std::visit(visitor{*this}, message);

@@ -128,6 +128,11 @@ struct object_host {
 
   void init(object_activation a);
   void on(object_message& m);
+  void on_arrived(invocation_arrived& m);
+  void on_inbox_news(inbox_news& m);
+  void on_inbox_taken(inbox_taken& m);
+  void on_queued_cancel(queued_cancel& m);
+  void on_idle_check(idle_check& m);
   void run_next();
   /// Ends `run`, an invocation recovered too often, RETRIES_EXCEEDED.
   void give_up(persistence::run_record run);

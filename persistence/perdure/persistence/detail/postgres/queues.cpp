@@ -80,20 +80,256 @@ create_result postgres_store::enqueue(const run_record& item) {
 
 namespace {
 
-/// `pg_run_columns()`, each qualified by table alias `t`.
-std::string run_columns_of(const std::string& t) {
-  std::string out;
-  auto columns = detail::run_columns;
-  std::string_view all = columns;
-  while (!all.empty()) {
-    auto comma = all.find(',');
-    auto name = all.substr(0, comma);
-    while (!name.empty() && name.front() == ' ')
-      name.remove_prefix(1);
-    out += (out.empty() ? "" : ", ") + t + "." + std::string{name};
-    all = comma == std::string_view::npos ? std::string_view{}
-                                          : all.substr(comma + 1);
+/// What a claim sets: a timeout counts from the item's start. A row whose
+/// counts are out of bounds (another process wrote them) must not fail the
+/// claim of the whole queue: the arithmetic saturates.
+std::string claim_set(const std::string& r, const std::string& me,
+                      const std::string& now) {
+  return "status = 'PENDING', executor = " + me + ", epoch = " + r
+         + "epoch + 1, started_at = " + db_clock_ms + ", attempts = LEAST("
+         + r + "attempts, 2147483646) + 1, wake_at = NULL, not_before = "
+           "NULL, deadline = CASE WHEN "
+         + r + "timeout_ms IS NULL THEN " + r + "deadline ELSE " + now
+         + " + LEAST(" + r + "timeout_ms, " + never_ms + ") END, updated_at = "
+         + now;
+}
+
+/// Items this process can run (its workflows, its app version).
+std::string runnable(const std::string& names, const std::string& version) {
+  return " AND name = ANY(" + names + "::text[]) AND (app_version = '' OR "
+         "app_version = " + version + ")";
+}
+
+/// When the queue's next delayed item is due, if it has one.
+std::optional<std::int64_t> next_ready(pqxx::transaction_base& w,
+                                       const std::string& s,
+                                       const queue_claim_request& req) {
+  auto next = w.exec_params("SELECT min(not_before) FROM " + s
+                              + "runs WHERE queue_name = $1 AND status = "
+                                "'ENQUEUED' AND not_before > $2",
+                            req.queue.name, req.now_ms);
+  if (next[0][0].is_null())
+    return std::nullopt;
+  return next[0][0].as<std::int64_t>();
+}
+
+/// A queue whose limits are this process's own: nothing to count, one
+/// statement, and claimers skip each other's rows.
+queue_claim claim_alone(pqxx::transaction_base& w, const std::string& s,
+                        const queue_claim_request& req,
+                        const std::string& names, std::int64_t lease) {
+  queue_claim out;
+  auto rows = w.exec_params(
+    "WITH pick AS (SELECT id, started_at IS NULL AS fresh FROM " + s
+      + "runs WHERE queue_name = $1 AND status = 'ENQUEUED' AND "
+        "(not_before IS NULL OR not_before <= $3)"
+      + runnable("$5", "$6")
+      + " ORDER BY priority, inbox_seq LIMIT $4 FOR UPDATE SKIP LOCKED), "
+        "upd AS (UPDATE "
+      + s + "runs r SET " + claim_set("r.", "$2", "$3")
+      + " FROM pick p WHERE r.id = p.id AND " + detail::holds_lease(s, "$2", "$7")
+      + " RETURNING " + detail::qualified_run_columns("r")
+      + ", r.inbox_seq AS claim_seq, p.fresh) " + "SELECT "
+      + detail::run_columns + ", fresh FROM upd ORDER BY priority, claim_seq",
+    req.queue.name, req.executor, req.now_ms, std::int64_t{req.capacity},
+    names, req.filter.app_version, lease);
+  for (const auto& r : rows) {
+    out.runs.push_back(detail::read_run(r));
+    out.fresh.push_back(r[r.size() - 1].as<bool>());
   }
+  if (rows.empty())
+    out.next_ready_ms = next_ready(w, s, req);
+  return out;
+}
+
+/// What counts against a shared limit now: running items, recent starts,
+/// running items per partition (the queue's row locked: claimers of a
+/// queue with a shared limit take turns, and what one counts, it spends).
+detail::queue_load read_load(pqxx::transaction_base& w, const std::string& s,
+                             const queue_claim_request& req,
+                             const std::string& names) {
+  auto& q = req.queue;
+  detail::queue_load load;
+  auto lock = "SELECT " + std::string{db_clock_ms} + " FROM " + s
+              + "queues WHERE name = $1 FOR UPDATE";
+  auto row = w.exec_params(lock, q.name);
+  if (row.empty()) { // not defined yet (by another version, say)
+    w.exec_params("INSERT INTO " + s
+                    + "queues (name, rate_period_ms, updated_at) VALUES "
+                      "($1, $2, 0) ON CONFLICT DO NOTHING",
+                  q.name, q.rate_period_ms);
+    row = w.exec_params(lock, q.name);
+  }
+  load.db_now_ms = row[0][0].as<std::int64_t>();
+  // Running: PENDING items of live processes, and those of gone ones this
+  // process takes over (it can run them). Items nobody live can run
+  // (another app version, a workflow no process has) hold nothing.
+  auto running = "queue_name = $1 AND status = 'PENDING' AND (executor IN "
+                 "(SELECT id FROM " + s
+                 + "executors WHERE state = 'live') OR (TRUE"
+                 + runnable("$2", "$3") + "))";
+  load.running = w.exec_params("SELECT count(*) FROM " + s + "runs WHERE "
+                                 + running,
+                               q.name, names, req.filter.app_version)[0][0]
+                   .as<std::int64_t>();
+  if (q.rate_limit) {
+    auto since = load.db_now_ms - detail::rate_window_ms(req);
+    auto starts = w.exec_params("SELECT count(*), min(started_at) FROM " + s
+                                  + "queue_starts WHERE queue_name = $1 AND "
+                                    "started_at > $2",
+                                q.name, since);
+    load.recent_starts = starts[0][0].as<std::int64_t>();
+    if (!starts[0][1].is_null())
+      load.oldest_recent_start = starts[0][1].as<std::int64_t>();
+  }
+  if (q.partition_concurrency)
+    for (const auto& r : w.exec_params(
+           "SELECT partition_key, count(*) FROM " + s + "runs WHERE "
+             + running + " GROUP BY partition_key",
+           q.name, names, req.filter.app_version))
+      load.running_by_partition[r[0].as<std::string>()]
+        = r[1].as<std::int64_t>();
+  return load;
+}
+
+/// The items that may be claimed, in order: the queue's ready items, or,
+/// with partition limits, each partition's head (a loose index scan over
+/// the partitions with items ready here, so a busy one cannot hide the
+/// others: at most `most` partitions, from after the last claim's cursor,
+/// then from the first one; every partition takes its turn). Sets `cursor`
+/// for the next claim.
+std::vector<detail::queue_candidate>
+read_candidates(pqxx::transaction_base& w, const std::string& s,
+                const queue_claim_request& req, const std::string& names,
+                std::string& cursor) {
+  auto& q = req.queue;
+  std::vector<detail::queue_candidate> candidates;
+  auto add = [&](const pqxx::result& rows) {
+    for (const auto& r : rows)
+      candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
+                            r[2].as<std::string>(), r[3].as<std::string>(),
+                            r[4].as<bool>()});
+  };
+  auto ready = "queue_name = $1 AND status = 'ENQUEUED' AND (not_before IS "
+               "NULL OR not_before <= $2)"
+               + runnable("$4", "$5");
+  if (!q.partition_concurrency) {
+    add(w.exec_params("SELECT id, name, app_version, partition_key, "
+                      "started_at IS NULL FROM "
+                        + s + "runs WHERE " + ready
+                        + " ORDER BY priority, inbox_seq LIMIT $3",
+                      q.name, req.now_ms, std::int64_t{req.capacity}, names,
+                      req.filter.app_version));
+    return candidates;
+  }
+  constexpr std::int64_t most = 1000;
+  auto walk = [&](const std::string& name, const std::string& first,
+                  const std::string& stop) {
+    return name + "(k) AS ((SELECT partition_key FROM " + s + "runs WHERE "
+           + ready + first + " ORDER BY partition_key LIMIT 1) UNION ALL "
+           "SELECT (SELECT partition_key FROM " + s + "runs WHERE " + ready
+           + " AND partition_key > p.k ORDER BY partition_key LIMIT 1) FROM "
+           + name + " p WHERE p.k IS NOT NULL" + stop + ")";
+  };
+  auto heads = w.exec_params(
+    "WITH RECURSIVE " + walk("after", " AND partition_key > $6", "") + ", "
+      + walk("wrapped", "", " AND p.k < $6")
+      + ", keys AS ((SELECT k FROM after WHERE k IS NOT NULL LIMIT "
+      + std::to_string(most)
+      + ") UNION ALL (SELECT k FROM wrapped WHERE k IS NOT NULL AND k <= "
+        "$6 LIMIT "
+      + std::to_string(most)
+      + ")), picked AS (SELECT k FROM keys LIMIT " + std::to_string(most)
+      + ") SELECT c.id, c.name, c.app_version, c.partition_key, c.fresh, "
+        "(SELECT count(*) FROM picked), p.k FROM picked p CROSS JOIN "
+        "LATERAL (SELECT id, name, app_version, partition_key, started_at "
+        "IS NULL AS fresh, priority, inbox_seq FROM "
+      + s + "runs WHERE " + ready
+      + " AND partition_key = p.k ORDER BY priority, inbox_seq LIMIT "
+        "$3) c ORDER BY c.priority, c.inbox_seq",
+    q.name, req.now_ms, detail::heads_per_partition(req), names,
+    req.filter.app_version, req.partition_after);
+  add(heads);
+  // All of them read: the next claim starts from the first; else after
+  // the last one read here.
+  std::optional<std::string> last_after, last_wrapped;
+  for (const auto& r : heads) {
+    if (r[5].as<std::int64_t>() < most)
+      break;
+    auto k = r[6].as<std::string>();
+    auto& last = k > req.partition_after ? last_after : last_wrapped;
+    if (!last || k > *last)
+      last = k;
+  }
+  cursor = last_wrapped ? *last_wrapped : last_after.value_or("");
+  return candidates;
+}
+
+/// Claims the chosen items (those still ENQUEUED), in the order chosen,
+/// and counts their starts against the rate limit.
+void claim_chosen(pqxx::transaction_base& w, const std::string& s,
+                  const queue_claim_request& req,
+                  const detail::queue_choice& choice,
+                  const detail::queue_load& load, std::int64_t lease,
+                  queue_claim& out) {
+  auto& q = req.queue;
+  detail::pg_array ids;
+  for (auto& id : choice.ids)
+    ids.add(id);
+  auto claimed = w.exec_params(
+    "UPDATE " + s + "runs SET " + claim_set("", "$2", "$3")
+      + " WHERE id = ANY($1::text[]) AND status = 'ENQUEUED' AND "
+      + detail::holds_lease(s, "$2", "$4") + " RETURNING "
+      + detail::run_columns,
+    ids.str(), req.executor, req.now_ms, lease);
+  std::unordered_map<std::string, run_record> by_id;
+  for (const auto& r : claimed) {
+    auto run = detail::read_run(r);
+    auto id = run.id;
+    by_id.emplace(std::move(id), std::move(run));
+  }
+  for (std::size_t i = 0; i < choice.ids.size(); ++i) {
+    auto found = by_id.find(choice.ids[i]);
+    if (found == by_id.end())
+      continue;
+    out.runs.push_back(std::move(found->second));
+    out.fresh.push_back(choice.fresh[i]);
+  }
+  if (!q.rate_limit || out.runs.empty())
+    return;
+  // Each start counts (a retry's too), on the database's clock; what left
+  // every window goes.
+  out.stamped_ms =
+    w.exec_params("INSERT INTO " + s
+                    + "queue_starts (queue_name, started_at) SELECT $1, "
+                      "t.ms FROM (SELECT "
+                    + db_clock_ms
+                    + " AS ms) t, generate_series(1, $2) RETURNING "
+                      "started_at",
+                  q.name, static_cast<std::int64_t>(out.runs.size()))[0][0]
+      .as<std::int64_t>();
+  w.exec_params("DELETE FROM " + s
+                  + "queue_starts WHERE queue_name = $1 AND started_at < "
+                    "$2",
+                q.name, load.db_now_ms - 2 * detail::rate_window_ms(req));
+}
+
+/// A queue with a limit shared with other processes: count, choose
+/// (`choose_claims`), claim, in one transaction.
+queue_claim claim_shared(pqxx::transaction_base& w, const std::string& s,
+                         const queue_claim_request& req,
+                         const std::string& names, std::int64_t lease) {
+  queue_claim out;
+  auto load = read_load(w, s, req, names);
+  auto candidates = read_candidates(w, s, req, names, out.partition_cursor);
+  auto choice = detail::choose_claims(req, load, candidates);
+  out.concurrency_bound = choice.concurrency_bound;
+  out.rate_wait_ms = choice.rate_wait_ms;
+  if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity
+      && !choice.concurrency_bound && !choice.rate_wait_ms)
+    out.next_ready_ms = next_ready(w, s, req);
+  if (!choice.ids.empty())
+    claim_chosen(w, s, req, choice, load, lease, out);
   return out;
 }
 
@@ -104,225 +340,15 @@ queue_claim postgres_store::claim_queued(const queue_claim_request& req) {
   detail::pg_array names;
   for (auto& n : req.filter.names)
     names.add(n);
-  // What a claim sets: a timeout counts from the item's start. A row
-  // whose counts are out of bounds (another process wrote them) must not
-  // fail the claim of the whole queue: the arithmetic saturates.
-  auto claim_set = [&](const std::string& r, const std::string& me,
-                       const std::string& now) {
-    return "status = 'PENDING', executor = " + me + ", epoch = " + r
-           + "epoch + 1, started_at = " + db_clock_ms + ", attempts = LEAST("
-           + r + "attempts, 2147483646) + 1, wake_at = NULL, not_before = "
-             "NULL, deadline = CASE WHEN "
-           + r + "timeout_ms IS NULL THEN " + r + "deadline ELSE " + now
-           + " + LEAST(" + r + "timeout_ms, " + never_ms + ") END, updated_at = "
-           + now;
+  auto name_list = names.str();
+  auto claim = detail::shares_limits(req.queue) ? claim_shared : claim_alone;
+  auto run = [&](pqxx::transaction_base& w) {
+    out = claim(w, w.quote_name(schema_) + ".", req, name_list, lease());
   };
-  // Items this process can run (its workflows, its app version).
-  auto runnable = [](const std::string& names, const std::string& version) {
-    return " AND name = ANY(" + names + "::text[]) AND (app_version = '' OR "
-           "app_version = " + version + ")";
-  };
-  if (!detail::shares_limits(req.queue)) {
-    // Nothing to count but this process's own: one statement, and
-    // claimers skip each other's rows.
-    in_autocommit([&](pqxx::transaction_base& w) {
-      out = {};
-      auto s = w.quote_name(schema_) + ".";
-      auto rows = w.exec_params(
-        "WITH pick AS (SELECT id, started_at IS NULL AS fresh FROM "
-          + s
-          + "runs WHERE queue_name = $1 AND status = 'ENQUEUED' AND "
-            "(not_before IS NULL OR not_before <= $3)"
-          + runnable("$5", "$6")
-          + " ORDER BY priority, inbox_seq LIMIT $4 FOR UPDATE SKIP LOCKED), "
-            "upd AS (UPDATE "
-          + s + "runs r SET " + claim_set("r.", "$2", "$3")
-          + " FROM pick p WHERE r.id = p.id AND "
-          + detail::pg_holds_lease(s, "$2", "$7") + " RETURNING "
-          + run_columns_of("r") + ", r.inbox_seq AS claim_seq, p.fresh) "
-          + "SELECT " + detail::run_columns
-          + ", fresh FROM upd ORDER BY priority, claim_seq",
-        req.queue.name, req.executor, req.now_ms, std::int64_t{req.capacity},
-        names.str(), req.filter.app_version, lease());
-      for (const auto& r : rows) {
-        out.runs.push_back(detail::read_run(r));
-        out.fresh.push_back(r[r.size() - 1].as<bool>());
-      }
-      if (rows.empty()) {
-        auto next = w.exec_params("SELECT min(not_before) FROM " + s
-                                    + "runs WHERE queue_name = $1 AND status "
-                                      "= 'ENQUEUED' AND not_before > $2",
-                                  req.queue.name, req.now_ms);
-        if (!next[0][0].is_null())
-          out.next_ready_ms = next[0][0].as<std::int64_t>();
-      }
-    });
-    return out;
-  }
-  in_work([&](pqxx::transaction_base& w) {
-    out = {};
-    auto s = w.quote_name(schema_) + ".";
-    auto& q = req.queue;
-    detail::queue_load load;
-    // Claimers of a queue with a shared limit take turns: what one counts,
-    // it spends.
-    auto lock = "SELECT " + std::string{db_clock_ms} + " FROM " + s
-                + "queues WHERE name = $1 FOR UPDATE";
-    auto row = w.exec_params(lock, q.name);
-    if (row.empty()) { // not defined yet (by another version, say)
-      w.exec_params("INSERT INTO " + s
-                      + "queues (name, rate_period_ms, updated_at) VALUES "
-                        "($1, $2, 0) ON CONFLICT DO NOTHING",
-                    q.name, q.rate_period_ms);
-      row = w.exec_params(lock, q.name);
-    }
-    load.db_now_ms = row[0][0].as<std::int64_t>();
-    // Running: PENDING items of live processes, and those of gone ones
-    // this process takes over (it can run them). Items nobody live can
-    // run (another app version, a workflow no process has) hold nothing.
-    auto running = "queue_name = $1 AND status = 'PENDING' AND (executor IN "
-                   "(SELECT id FROM " + s
-                   + "executors WHERE state = 'live') OR (TRUE"
-                   + runnable("$2", "$3") + "))";
-    load.running = w.exec_params("SELECT count(*) FROM " + s + "runs WHERE "
-                                   + running,
-                                 q.name, names.str(), req.filter.app_version)[0][0]
-                     .as<std::int64_t>();
-    if (q.rate_limit) {
-      auto since = load.db_now_ms - detail::rate_window_ms(req);
-      auto starts = w.exec_params("SELECT count(*), min(started_at) FROM " + s
-                                    + "queue_starts WHERE queue_name = $1 AND "
-                                      "started_at > $2",
-                                  q.name, since);
-      load.recent_starts = starts[0][0].as<std::int64_t>();
-      if (!starts[0][1].is_null())
-        load.oldest_recent_start = starts[0][1].as<std::int64_t>();
-    }
-    if (q.partition_concurrency)
-      for (const auto& r : w.exec_params(
-             "SELECT partition_key, count(*) FROM " + s + "runs WHERE "
-               + running + " GROUP BY partition_key",
-             q.name, names.str(), req.filter.app_version))
-        load.running_by_partition[r[0].as<std::string>()]
-          = r[1].as<std::int64_t>();
-    std::vector<detail::queue_candidate> candidates;
-    auto add = [&](const pqxx::result& rows) {
-      for (const auto& r : rows)
-        candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
-                              r[2].as<std::string>(), r[3].as<std::string>(),
-                              r[4].as<bool>()});
-    };
-    auto ready = "queue_name = $1 AND status = 'ENQUEUED' AND (not_before IS "
-                 "NULL OR not_before <= $2)"
-                 + runnable("$4", "$5");
-    if (q.partition_concurrency) {
-      // Each partition's head (a loose index scan over the partitions
-      // with items ready here), so a busy one cannot hide the others: at
-      // most `most` partitions, from after the last claim's cursor, then
-      // from the first one (every partition takes its turn).
-      constexpr std::int64_t most = 1000;
-      auto walk = [&](const std::string& name, const std::string& first,
-                      const std::string& stop) {
-        return name + "(k) AS ((SELECT partition_key FROM " + s + "runs WHERE "
-               + ready + first + " ORDER BY partition_key LIMIT 1) UNION ALL "
-               "SELECT (SELECT partition_key FROM " + s + "runs WHERE " + ready
-               + " AND partition_key > p.k ORDER BY partition_key LIMIT 1) FROM "
-               + name + " p WHERE p.k IS NOT NULL" + stop + ")";
-      };
-      auto heads = w.exec_params(
-        "WITH RECURSIVE " + walk("after", " AND partition_key > $6", "") + ", "
-          + walk("wrapped", "", " AND p.k < $6")
-          + ", keys AS ((SELECT k FROM after WHERE k IS NOT NULL LIMIT "
-          + std::to_string(most)
-          + ") UNION ALL (SELECT k FROM wrapped WHERE k IS NOT NULL AND k <= "
-            "$6 LIMIT "
-          + std::to_string(most)
-          + ")), picked AS (SELECT k FROM keys LIMIT " + std::to_string(most)
-          + ") SELECT c.id, c.name, c.app_version, c.partition_key, c.fresh, "
-            "(SELECT count(*) FROM picked), p.k FROM picked p CROSS JOIN "
-            "LATERAL (SELECT id, name, app_version, partition_key, started_at "
-            "IS NULL AS fresh, priority, inbox_seq FROM "
-          + s + "runs WHERE " + ready
-          + " AND partition_key = p.k ORDER BY priority, inbox_seq LIMIT "
-            "$3) c ORDER BY c.priority, c.inbox_seq",
-        q.name, req.now_ms, detail::heads_per_partition(req), names.str(),
-        req.filter.app_version, req.partition_after);
-      add(heads);
-      // All of them read: the next claim starts from the first; else
-      // after the last one read here.
-      std::optional<std::string> last_after, last_wrapped;
-      for (const auto& r : heads) {
-        if (r[5].as<std::int64_t>() < most)
-          break;
-        auto k = r[6].as<std::string>();
-        auto& last = k > req.partition_after ? last_after : last_wrapped;
-        if (!last || k > *last)
-          last = k;
-      }
-      out.partition_cursor = last_wrapped ? *last_wrapped
-                                          : last_after.value_or("");
-    } else {
-      add(w.exec_params("SELECT id, name, app_version, partition_key, "
-                        "started_at IS NULL FROM "
-                          + s + "runs WHERE " + ready
-                          + " ORDER BY priority, inbox_seq LIMIT $3",
-                        q.name, req.now_ms, std::int64_t{req.capacity},
-                        names.str(), req.filter.app_version));
-    }
-    auto choice = detail::choose_claims(req, load, candidates);
-    out.concurrency_bound = choice.concurrency_bound;
-    out.rate_wait_ms = choice.rate_wait_ms;
-    if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity
-        && !choice.concurrency_bound && !choice.rate_wait_ms) {
-      auto next = w.exec_params("SELECT min(not_before) FROM " + s
-                                  + "runs WHERE queue_name = $1 AND status = "
-                                    "'ENQUEUED' AND not_before > $2",
-                                q.name, req.now_ms);
-      if (!next[0][0].is_null())
-        out.next_ready_ms = next[0][0].as<std::int64_t>();
-    }
-    if (choice.ids.empty())
-      return;
-    detail::pg_array ids;
-    for (auto& id : choice.ids)
-      ids.add(id);
-    auto claimed = w.exec_params(
-      "UPDATE " + s + "runs SET " + claim_set("", "$2", "$3")
-        + " WHERE id = ANY($1::text[]) AND status = 'ENQUEUED' AND "
-        + detail::pg_holds_lease(s, "$2", "$4") + " RETURNING "
-        + detail::run_columns,
-      ids.str(), req.executor, req.now_ms, lease());
-    std::unordered_map<std::string, run_record> by_id;
-    for (const auto& r : claimed) {
-      auto run = detail::read_run(r);
-      auto id = run.id;
-      by_id.emplace(std::move(id), std::move(run));
-    }
-    for (std::size_t i = 0; i < choice.ids.size(); ++i) {
-      auto found = by_id.find(choice.ids[i]);
-      if (found == by_id.end())
-        continue;
-      out.runs.push_back(std::move(found->second));
-      out.fresh.push_back(choice.fresh[i]);
-    }
-    if (q.rate_limit && !out.runs.empty()) {
-      // Each start counts (a retry's too), on the database's clock; what
-      // left every window goes.
-      out.stamped_ms =
-        w.exec_params("INSERT INTO " + s
-                        + "queue_starts (queue_name, started_at) SELECT $1, "
-                          "t.ms FROM (SELECT "
-                        + db_clock_ms
-                        + " AS ms) t, generate_series(1, $2) RETURNING "
-                          "started_at",
-                      q.name, static_cast<std::int64_t>(out.runs.size()))[0][0]
-          .as<std::int64_t>();
-      w.exec_params("DELETE FROM " + s
-                      + "queue_starts WHERE queue_name = $1 AND started_at < "
-                        "$2",
-                    q.name, load.db_now_ms - 2 * detail::rate_window_ms(req));
-    }
-  });
+  if (detail::shares_limits(req.queue))
+    in_work(run);
+  else
+    in_autocommit(run); // one statement
   return out;
 }
 

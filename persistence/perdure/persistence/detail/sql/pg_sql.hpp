@@ -92,9 +92,5 @@ run_record read_run(const pqxx::row& row, int first = 0);
 /// Reads a journal row selected as `entry_columns`.
 journal_entry read_entry(const pqxx::row& row);
 
-/// Returns the condition that executor `executor` (an SQL expression)
-/// holds its lease at epoch `lease` (0: unchecked), in schema prefix `s`.
-std::string pg_holds_lease(const std::string& s, const std::string& executor,
-                           const std::string& lease);
 
 } // namespace perdure::persistence::detail

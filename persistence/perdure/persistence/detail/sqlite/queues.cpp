@@ -70,86 +70,155 @@ create_result sqlite_store::enqueue(const run_record& item) {
   return result;
 }
 
-queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
-  queue_claim out;
-  // Items this process can run: its workflows (?6, ...), its version (?5).
+namespace {
+
+/// The claim's filter of what this process can run: its version (?5) and
+/// its workflows (?6, ...).
+std::string runnable_sql(const queue_claim_request& req) {
   std::string names;
   for (std::size_t i = 0; i < req.filter.names.size(); ++i)
     names += (i == 0 ? "?" : ", ?") + std::to_string(i + 6);
-  auto runnable = "(app_version = '' OR app_version = ?5) AND name IN ("
-                  + (names.empty() ? std::string{"NULL"} : names) + ")";
+  return "(app_version = '' OR app_version = ?5) AND name IN ("
+         + (names.empty() ? std::string{"NULL"} : names) + ")";
+}
+
+/// Binds what `runnable_sql` names (of a statement of the store).
+template <class Statement>
+void bind_runnable(Statement& st, const queue_claim_request& req) {
+  st.bind(5, req.filter.app_version);
+  for (std::size_t i = 0; i < req.filter.names.size(); ++i)
+    st.bind(static_cast<int>(i + 6), req.filter.names[i]);
+}
+
+} // namespace
+
+std::int64_t sqlite_store::db_now_ms() {
+  auto& now = prepare(std::string{"SELECT "} + db_clock_ms);
+  now.step();
+  auto ms = now.int64(0);
+  now.reset();
+  return ms;
+}
+
+detail::queue_load sqlite_store::queue_load_of(const queue_claim_request& req) {
+  auto& q = req.queue;
+  detail::queue_load load;
+  load.db_now_ms = db_now_ms();
+  // Running: PENDING items of live processes, and those of gone ones this
+  // process takes over (it can run them). Items nobody live can run
+  // (another app version, a workflow no process has) hold nothing.
+  auto running = "queue_name = ?1 AND status = 'PENDING' AND (executor IN "
+                 "(SELECT id FROM executors WHERE state = 'live') OR ("
+                 + runnable_sql(req) + "))";
+  auto& counts = prepare("SELECT count(*) FROM runs WHERE " + running);
+  counts.bind(1, q.name);
+  bind_runnable(counts, req);
+  counts.step();
+  load.running = counts.int64(0);
+  counts.reset();
+  if (q.rate_limit) {
+    auto& starts = prepare("SELECT count(*), min(started_at) FROM "
+                           "queue_starts WHERE queue_name = ?1 AND "
+                           "started_at > ?2");
+    starts.bind(1, q.name).bind(2,
+                                load.db_now_ms - detail::rate_window_ms(req));
+    starts.step();
+    load.recent_starts = starts.int64(0);
+    if (!starts.is_null(1))
+      load.oldest_recent_start = starts.int64(1);
+    starts.reset();
+  }
+  if (q.partition_concurrency) {
+    auto& parts = prepare("SELECT partition_key, count(*) FROM runs WHERE "
+                          + running + " GROUP BY partition_key");
+    parts.bind(1, q.name);
+    bind_runnable(parts, req);
+    while (parts.step())
+      load.running_by_partition[parts.text(0)] = parts.int64(1);
+    parts.reset();
+  }
+  return load;
+}
+
+std::vector<detail::queue_candidate>
+sqlite_store::queue_candidates(const queue_claim_request& req) {
+  auto& q = req.queue;
   auto ready = "queue_name = ?1 AND status = 'ENQUEUED' AND (not_before IS "
                "NULL OR not_before <= ?2) AND "
-               + runnable;
+               + runnable_sql(req);
+  std::vector<detail::queue_candidate> candidates;
+  // Each partition's head (a busy partition cannot hide the others).
+  auto& heads = prepare(
+    q.partition_concurrency
+      ? "SELECT id, name, app_version, partition_key, fresh FROM (SELECT "
+        "id, name, app_version, partition_key, started_at IS NULL AS "
+        "fresh, priority, rowid AS seq, row_number() OVER (PARTITION BY "
+        "partition_key ORDER BY priority, rowid) AS rn FROM runs WHERE "
+          + ready + ") WHERE rn <= ?3 ORDER BY priority, seq"
+      : "SELECT id, name, app_version, partition_key, started_at IS NULL "
+        "FROM runs WHERE "
+          + ready + " ORDER BY priority, rowid LIMIT ?4");
+  heads.bind(1, q.name).bind(2, req.now_ms);
+  bind_runnable(heads, req);
+  if (q.partition_concurrency)
+    heads.bind(3, detail::heads_per_partition(req));
+  else
+    heads.bind(4, std::int64_t{req.capacity});
+  while (heads.step())
+    candidates.push_back({heads.text(0), heads.text(1), heads.text(2),
+                          heads.text(3), heads.int64(4) != 0});
+  heads.reset();
+  return candidates;
+}
+
+void sqlite_store::claim_chosen(const queue_claim_request& req,
+                                const detail::queue_choice& choice,
+                                const detail::queue_load& load,
+                                queue_claim& out) {
+  auto& q = req.queue;
+  for (std::size_t i = 0; i < choice.ids.size(); ++i) {
+    prepare(std::string{"UPDATE runs SET status = 'PENDING', executor = "
+                        "?2, epoch = epoch + 1, started_at = "}
+            + db_clock_ms
+            // Saturating, as PostgreSQL's claim: counts out of bounds
+            // (another process wrote them) turn into no REAL values.
+            + ", attempts = MIN(attempts, 2147483646) + 1, wake_at = NULL, "
+              "not_before = NULL, deadline = CASE WHEN timeout_ms IS NULL "
+              "THEN deadline ELSE ?3 + MIN(timeout_ms, 315360000000000) END, "
+              "updated_at = ?3 WHERE id = ?1 AND "
+              "status = 'ENQUEUED'")
+      .bind(1, choice.ids[i])
+      .bind(2, req.executor)
+      .bind(3, req.now_ms)
+      .run();
+    if (sqlite3_changes(db_) != 1)
+      continue;
+    out.runs.push_back(read_run_row(choice.ids[i]));
+    out.fresh.push_back(choice.fresh[i]);
+    if (q.rate_limit) {
+      if (out.stamped_ms == 0) // one stamp for the claim's starts
+        out.stamped_ms = db_now_ms();
+      prepare("INSERT INTO queue_starts (queue_name, started_at) VALUES "
+              "(?1, ?2)")
+        .bind(1, q.name)
+        .bind(2, out.stamped_ms)
+        .run();
+    }
+  }
+  if (q.rate_limit && !out.runs.empty())
+    prepare("DELETE FROM queue_starts WHERE queue_name = ?1 AND started_at "
+            "< ?2")
+      .bind(1, q.name)
+      .bind(2, load.db_now_ms - 2 * detail::rate_window_ms(req))
+      .run();
+}
+
+queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
+  queue_claim out;
   in_write([&] {
     out = {};
-    auto& q = req.queue;
-    detail::queue_load load;
-    {
-      auto& now = prepare(std::string{"SELECT "} + db_clock_ms);
-      now.step();
-      load.db_now_ms = now.int64(0);
-      now.reset();
-    }
-    // Running: PENDING items of live processes, and those of gone ones
-    // this process takes over (it can run them). Items nobody live can
-    // run (another app version, a workflow no process has) hold nothing.
-    auto running = "queue_name = ?1 AND status = 'PENDING' AND (executor IN "
-                   "(SELECT id FROM executors WHERE state = 'live') OR ("
-                   + runnable + "))";
-    auto bind_runnable = [&](statement& st) {
-      st.bind(1, q.name).bind(5, req.filter.app_version);
-      for (std::size_t i = 0; i < req.filter.names.size(); ++i)
-        st.bind(static_cast<int>(i + 6), req.filter.names[i]);
-    };
-    auto& counts = prepare("SELECT count(*) FROM runs WHERE " + running);
-    bind_runnable(counts);
-    counts.step();
-    load.running = counts.int64(0);
-    counts.reset();
-    if (q.rate_limit) {
-      auto& starts = prepare("SELECT count(*), min(started_at) FROM "
-                             "queue_starts WHERE queue_name = ?1 AND "
-                             "started_at > ?2");
-      starts.bind(1, q.name).bind(2,
-                                  load.db_now_ms - detail::rate_window_ms(req));
-      starts.step();
-      load.recent_starts = starts.int64(0);
-      if (!starts.is_null(1))
-        load.oldest_recent_start = starts.int64(1);
-      starts.reset();
-    }
-    if (q.partition_concurrency) {
-      auto& parts = prepare("SELECT partition_key, count(*) FROM runs WHERE "
-                            + running + " GROUP BY partition_key");
-      bind_runnable(parts);
-      while (parts.step())
-        load.running_by_partition[parts.text(0)] = parts.int64(1);
-      parts.reset();
-    }
-    std::vector<detail::queue_candidate> candidates;
-    // Each partition's head (a busy partition cannot hide the others).
-    auto& heads = prepare(
-      q.partition_concurrency
-        ? "SELECT id, name, app_version, partition_key, fresh FROM (SELECT "
-          "id, name, app_version, partition_key, started_at IS NULL AS "
-          "fresh, priority, rowid AS seq, row_number() OVER (PARTITION BY "
-          "partition_key ORDER BY priority, rowid) AS rn FROM runs WHERE "
-            + ready + ") WHERE rn <= ?3 ORDER BY priority, seq"
-        : "SELECT id, name, app_version, partition_key, started_at IS NULL "
-          "FROM runs WHERE "
-            + ready + " ORDER BY priority, rowid LIMIT ?4");
-    heads.bind(1, q.name).bind(2, req.now_ms).bind(5, req.filter.app_version);
-    if (q.partition_concurrency)
-      heads.bind(3, detail::heads_per_partition(req));
-    else
-      heads.bind(4, std::int64_t{req.capacity});
-    for (std::size_t i = 0; i < req.filter.names.size(); ++i)
-      heads.bind(static_cast<int>(i + 6), req.filter.names[i]);
-    while (heads.step())
-      candidates.push_back({heads.text(0), heads.text(1), heads.text(2),
-                            heads.text(3), heads.int64(4) != 0});
-    heads.reset();
+    auto load = queue_load_of(req);
+    auto candidates = queue_candidates(req);
     auto choice = detail::choose_claims(req, load, candidates);
     out.concurrency_bound = choice.concurrency_bound;
     out.rate_wait_ms = choice.rate_wait_ms;
@@ -157,51 +226,13 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
         && !choice.concurrency_bound && !choice.rate_wait_ms) {
       auto& next = prepare("SELECT min(not_before) FROM runs WHERE queue_name "
                            "= ?1 AND status = 'ENQUEUED' AND not_before > ?2");
-      next.bind(1, q.name).bind(2, req.now_ms);
+      next.bind(1, req.queue.name).bind(2, req.now_ms);
       next.step();
       if (!next.is_null(0))
         out.next_ready_ms = next.int64(0);
       next.reset();
     }
-    for (std::size_t i = 0; i < choice.ids.size(); ++i) {
-      prepare(std::string{"UPDATE runs SET status = 'PENDING', executor = "
-                          "?2, epoch = epoch + 1, started_at = "}
-              + db_clock_ms
-              // Saturating, as PostgreSQL's claim: counts out of bounds
-              // (another process wrote them) turn into no REAL values.
-              + ", attempts = MIN(attempts, 2147483646) + 1, wake_at = NULL, "
-                "not_before = NULL, deadline = CASE WHEN timeout_ms IS NULL "
-                "THEN deadline ELSE ?3 + MIN(timeout_ms, 315360000000000) END, "
-                "updated_at = ?3 WHERE id = ?1 AND "
-                "status = 'ENQUEUED'")
-        .bind(1, choice.ids[i])
-        .bind(2, req.executor)
-        .bind(3, req.now_ms)
-        .run();
-      if (sqlite3_changes(db_) != 1)
-        continue;
-      out.runs.push_back(read_run_row(choice.ids[i]));
-      out.fresh.push_back(choice.fresh[i]);
-      if (q.rate_limit) {
-        if (out.stamped_ms == 0) { // one stamp for the claim's starts
-          auto& now = prepare(std::string{"SELECT "} + db_clock_ms);
-          now.step();
-          out.stamped_ms = now.int64(0);
-          now.reset();
-        }
-        prepare("INSERT INTO queue_starts (queue_name, started_at) VALUES "
-                "(?1, ?2)")
-          .bind(1, q.name)
-          .bind(2, out.stamped_ms)
-          .run();
-      }
-    }
-    if (q.rate_limit && !out.runs.empty())
-      prepare("DELETE FROM queue_starts WHERE queue_name = ?1 AND started_at "
-              "< ?2")
-        .bind(1, q.name)
-        .bind(2, load.db_now_ms - 2 * detail::rate_window_ms(req))
-        .run();
+    claim_chosen(req, choice, load, out);
   });
   return out;
 }
