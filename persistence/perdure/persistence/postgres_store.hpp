@@ -49,10 +49,6 @@ public:
                                     const claim_filter& filter,
                                     std::optional<std::string_view> only,
                                     std::int64_t now_ms) override;
-  std::int64_t release_unclaimable(std::string_view executor,
-                                   const claim_filter& filter) override;
-  std::int64_t count_unclaimable(std::string_view executor,
-                                 const claim_filter& filter) override;
   std::vector<cancelled_run>
   cancel_run(std::string_view run_id, std::int64_t at_ms,
              std::optional<std::int64_t> deadline_ms) override;

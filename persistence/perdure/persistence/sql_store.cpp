@@ -2,6 +2,7 @@
 
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
+#include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/sql/rows.hpp"
 #include "perdure/persistence/detail/sql/sql_tx.hpp"
 
@@ -32,6 +33,89 @@ int sql_store::schema_version() {
         .value_or(0));
   });
   return version;
+}
+
+namespace {
+
+/// Runs the claim filter admits (their workflow is one of `$2`, their app
+/// version none or `$3`; no invocations): `$2` an array on PostgreSQL, a
+/// list of names each followed by a unit separator on SQLite.
+std::string claimable(detail::sql_dialect d) {
+  return std::string{d == detail::sql_dialect::postgresql
+                       ? "name = ANY($2::text[])"
+                       : "instr($2, char(31) || name || char(31)) > 0"}
+         + " AND (app_version = '' OR app_version = $3) AND object_type IS "
+           "NULL";
+}
+
+/// The names of `f` as `claimable`'s `$2` on `d`.
+std::string claimable_names(const claim_filter& f, detail::sql_dialect d) {
+  if (d == detail::sql_dialect::postgresql) {
+    detail::pg_array names;
+    for (auto& n : f.names)
+      names.add(n);
+    return names.str();
+  }
+  std::string names{'\x1f'};
+  for (auto& n : f.names)
+    names += n + '\x1f';
+  return names;
+}
+
+/// `q` for PostgreSQL and for SQLite, built by `text(dialect)`.
+struct per_dialect {
+  sql_query pg, lite;
+  const sql_query& of(detail::sql_dialect d) const {
+    return d == detail::sql_dialect::postgresql ? pg : lite;
+  }
+};
+
+template <class Text>
+per_dialect both_dialects(const std::string& name, Text text) {
+  return {{name, text(detail::sql_dialect::postgresql)},
+          {name, text(detail::sql_dialect::sqlite)}};
+}
+
+} // namespace
+
+std::int64_t sql_store::release_unclaimable(std::string_view executor,
+                                            const claim_filter& filter) {
+  // Its own PENDING runs this process cannot run go to whoever can.
+  static const auto q = both_dialects("release_unclaimable", [](auto d) {
+    return "UPDATE {s}runs SET executor = '', epoch = epoch + 1 WHERE "
+           "executor = $1 AND status = 'PENDING' AND object_type IS NULL AND "
+           "NOT ("
+           + claimable(d) + ") AND " + detail::holds_lease("{s}", "$1", "$4");
+  });
+  std::int64_t released = 0;
+  autocommit([&](sql_tx& tx) {
+    auto names = claimable_names(filter, tx.dialect());
+    released = tx.run(q.of(tx.dialect()),
+                      {executor, std::string_view{names},
+                       std::string_view{filter.app_version}, lease_epoch()});
+  });
+  return released;
+}
+
+std::int64_t sql_store::count_unclaimable(std::string_view executor,
+                                          const claim_filter& filter) {
+  static const auto q = both_dialects("count_unclaimable", [](auto d) {
+    return "SELECT count(*) FROM {s}runs WHERE status = 'PENDING' AND "
+           "(executor = $1 OR executor = '' OR executor IN (SELECT id FROM "
+           "{s}executors WHERE state <> 'live')) AND object_type IS NULL AND "
+           "NOT ("
+           + claimable(d) + ")";
+  });
+  std::int64_t n = 0;
+  read([&](sql_tx& tx) {
+    auto names = claimable_names(filter, tx.dialect());
+    n = tx.first(q.of(tx.dialect()),
+                 {executor, std::string_view{names},
+                  std::string_view{filter.app_version}},
+                 [](const sql_row& r) { return r.int64(0); })
+          .value_or(0);
+  });
+  return n;
 }
 
 bool sql_store::set_wake_at(const fence& owner, std::string_view run_id,

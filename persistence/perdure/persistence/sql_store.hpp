@@ -42,6 +42,10 @@ public:
                                             std::int64_t limit) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
+  std::int64_t release_unclaimable(std::string_view executor,
+                                   const claim_filter& filter) override;
+  std::int64_t count_unclaimable(std::string_view executor,
+                                 const claim_filter& filter) override;
 
   // -- deliveries and fenced writes (sql_deliveries.cpp) -------------------------
 

@@ -57,6 +57,8 @@ void run_launcher::wake(const std::string& id, std::int32_t seq) {
 }
 
 void run_launcher::revive(const std::string& id, revival why) {
+  if (svc_.client_mode)
+    return; // a client runs nothing: the owner's sweep revives it
   bool count_attempt = why == revival::crashed;
   if (!svc_.runs->begin_revival(id, why == revival::wake))
     return;

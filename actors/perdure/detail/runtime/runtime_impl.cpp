@@ -145,6 +145,7 @@ void runtime_impl::start() {
   } catch (...) {
     runs_.close();
     gate_.close_and_wait(); // application threads may be in calls already
+    ends_.stop_callbacks(); // when_done may have been asked for meanwhile
     shut_down(); // gives the lease up again
     throw;
   }

@@ -167,32 +167,4 @@ postgres_store::take_over(std::string_view executor, const claim_filter& filter,
   });
 }
 
-std::int64_t postgres_store::release_unclaimable(std::string_view executor,
-                                                 const claim_filter& filter) {
-  detail::pg_array names;
-  for (auto& n : filter.names)
-    names.add(n);
-  return with_retry([&] {
-    pqxx::nontransaction w{*conn_};
-    return static_cast<std::int64_t>(
-      w.exec_prepared("release_unclaimable", std::string{executor},
-                      names.str(), filter.app_version, lease())
-        .affected_rows());
-  });
-}
-
-std::int64_t postgres_store::count_unclaimable(std::string_view executor,
-                                               const claim_filter& filter) {
-  detail::pg_array names;
-  for (auto& n : filter.names)
-    names.add(n);
-  return with_retry([&] {
-    pqxx::read_transaction t{*conn_};
-    return t
-      .exec_prepared("count_unclaimable", std::string{executor}, names.str(),
-                     filter.app_version)[0][0]
-      .as<std::int64_t>();
-  });
-}
-
 } // namespace perdure::persistence

@@ -135,11 +135,6 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
                  "END WHERE executor = $1 AND status = 'PENDING' AND "
                + claimable("$3", "$4") + " AND " + holds_lease(s, "$1", "$5")
                + " RETURNING " + run_columns);
-  c.prepare("release_unclaimable",
-             "UPDATE " + s
-               + "runs SET executor = '', epoch = epoch + 1 WHERE executor = "
-                 "$1 AND status = 'PENDING' AND object_type IS NULL AND NOT ("
-               + claimable("$2", "$3") + ") AND " + holds_lease(s, "$1", "$4"));
   c.prepare("claim_run",
              "UPDATE " + s
                + "runs SET epoch = epoch + $7, wake_at = NULL, recovery_attempts "
@@ -324,13 +319,6 @@ void postgres_store::prepare_executors(connection& c,
         "THEN 0 ELSE 1 END FROM picked WHERE r.id = picked.id AND "
       + holds_lease(s, "$1", "$6") + " RETURNING "
       + qualified_run_columns("r"));
-  c.prepare("count_unclaimable",
-            "SELECT count(*) FROM " + s
-              + "runs WHERE status = 'PENDING' AND (executor = $1 OR executor "
-                "= '' OR executor IN (SELECT id FROM "
-              + s + "executors WHERE state <> 'live')) AND object_type IS "
-                "NULL AND NOT ("
-              + claimable("$2", "$3") + ")");
   // Rows a takeover or a returning holder has locked are skipped.
   c.prepare("forget_executors",
             "DELETE FROM " + s + "executors WHERE id IN (SELECT e.id FROM " + s

@@ -267,41 +267,4 @@ sqlite_store::take_over(std::string_view executor, const claim_filter& filter,
   });
 }
 
-std::int64_t sqlite_store::release_unclaimable(std::string_view executor,
-                                               const claim_filter& filter) {
-  return in_transaction([&] {
-    std::vector<std::string> ids;
-    auto& sel = prepare("SELECT id, name, app_version FROM runs WHERE status "
-                        "= 'PENDING' AND executor = ?1 AND object_type IS "
-                        "NULL");
-    sel.bind(1, executor);
-    while (sel.step())
-      if (!filter.admits(sel.text(1), sel.text(2)))
-        ids.push_back(sel.text(0));
-    sel.reset();
-    for (auto& id : ids)
-      prepare("UPDATE runs SET executor = '', epoch = epoch + 1 WHERE id = ?1")
-        .bind(1, id)
-        .run();
-    return static_cast<std::int64_t>(ids.size());
-  });
-}
-
-std::int64_t sqlite_store::count_unclaimable(std::string_view executor,
-                                             const claim_filter& filter) {
-  return with_retry([&] {
-    std::int64_t n = 0;
-    auto& sel = prepare(
-      "SELECT name, app_version FROM runs WHERE status = 'PENDING' AND "
-      "object_type IS NULL AND (executor = ?1 OR executor = '' OR executor "
-      "IN (SELECT id FROM executors WHERE state <> 'live'))");
-    sel.bind(1, executor);
-    while (sel.step())
-      if (!filter.admits(sel.text(0), sel.text(1)))
-        ++n;
-    sel.reset();
-    return n;
-  });
-}
-
 } // namespace perdure::persistence
