@@ -1,5 +1,8 @@
 #include "perdure/persistence/sql_store.hpp"
 
+#include <algorithm>
+#include <tuple>
+
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/sql/pg_text.hpp"
@@ -37,15 +40,17 @@ int sql_store::schema_version() {
 
 namespace {
 
-/// Runs the claim filter admits (their workflow is one of `$2`, their app
-/// version none or `$3`; no invocations): `$2` an array on PostgreSQL, a
-/// list of names each followed by a unit separator on SQLite.
-std::string claimable(detail::sql_dialect d) {
-  return std::string{d == detail::sql_dialect::postgresql
-                       ? "name = ANY($2::text[])"
-                       : "instr($2, char(31) || name || char(31)) > 0"}
-         + " AND (app_version = '' OR app_version = $3) AND object_type IS "
-           "NULL";
+/// Runs the claim filter admits (their workflow is one of `names`, their
+/// app version none or `version`; no invocations): `names` an array on
+/// PostgreSQL, a list of names each followed by a unit separator on
+/// SQLite (see `claimable_names`).
+std::string claimable(detail::sql_dialect d, const std::string& names = "$2",
+                      const std::string& version = "$3") {
+  return (d == detail::sql_dialect::postgresql
+            ? "name = ANY(" + names + "::text[])"
+            : "instr(" + names + ", char(31) || name || char(31)) > 0")
+         + " AND (app_version = '' OR app_version = " + version
+         + ") AND object_type IS NULL";
 }
 
 /// The names of `f` as `claimable`'s `$2` on `d`.
@@ -77,6 +82,35 @@ per_dialect both_dialects(const std::string& name, Text text) {
 }
 
 } // namespace
+
+std::vector<run_record>
+sql_store::claim_pending_runs(std::string_view executor,
+                              const claim_filter& filter,
+                              std::int64_t now_ms) {
+  // A run that runs now counts a recovery; one passivated across restarts
+  // does not.
+  static const auto q = both_dialects("claim_runs", [](auto d) {
+    return "UPDATE {s}runs SET epoch = epoch + 1, recovery_attempts = "
+           "recovery_attempts + CASE WHEN wake_at > $2 THEN 0 ELSE 1 END "
+           "WHERE executor = $1 AND status = 'PENDING' AND "
+           + claimable(d, "$3", "$4") + " AND "
+           + detail::holds_lease("{s}", "$1", "$5") + " RETURNING "
+           + detail::run_columns;
+  });
+  std::vector<run_record> runs;
+  write([&](sql_tx& tx) {
+    runs.clear();
+    auto names = claimable_names(filter, tx.dialect());
+    tx.run(q.of(tx.dialect()),
+           {executor, now_ms, std::string_view{names},
+            std::string_view{filter.app_version}, lease_epoch()},
+           [&](const sql_row& r) { runs.push_back(detail::read_run(r)); });
+  });
+  std::sort(runs.begin(), runs.end(), [](auto& a, auto& b) {
+    return std::tie(a.created_at_ms, a.id) < std::tie(b.created_at_ms, b.id);
+  });
+  return runs;
+}
 
 std::int64_t sql_store::release_unclaimable(std::string_view executor,
                                             const claim_filter& filter) {

@@ -42,6 +42,9 @@ public:
                                             std::int64_t limit) override;
   bool set_wake_at(const fence& owner, std::string_view run_id,
                    std::optional<std::int64_t> wake_at_ms) override;
+  std::vector<run_record> claim_pending_runs(std::string_view executor,
+                                             const claim_filter& filter,
+                                             std::int64_t now_ms) override;
   std::int64_t release_unclaimable(std::string_view executor,
                                    const claim_filter& filter) override;
   std::int64_t count_unclaimable(std::string_view executor,

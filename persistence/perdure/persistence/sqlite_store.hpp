@@ -60,9 +60,6 @@ public:
              std::optional<std::int64_t> deadline_ms) override;
   void notify(std::string_view payload) override;
   using delivery_store::notify;
-  std::vector<run_record> claim_pending_runs(std::string_view executor,
-                                             const claim_filter& filter,
-                                             std::int64_t now_ms) override;
   batch_result write_batch(const persistence::write_batch& batch) override;
 
   /// Returns the notices (`notify`) with an id above `after`, oldest

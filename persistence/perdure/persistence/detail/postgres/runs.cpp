@@ -119,28 +119,6 @@ postgres_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
 }
 
 std::vector<run_record>
-postgres_store::claim_pending_runs(std::string_view executor,
-                                   const claim_filter& filter,
-                                   std::int64_t now_ms) {
-  detail::pg_array names;
-  for (auto& n : filter.names)
-    names.add(n);
-  return with_retry([&] {
-    pqxx::work w{*conn_};
-    std::vector<run_record> result;
-    for (const auto& row :
-         w.exec_prepared("claim_runs", std::string{executor}, now_ms,
-                         names.str(), filter.app_version, lease()))
-      result.push_back(read_run(row));
-    w.commit();
-    std::sort(result.begin(), result.end(), [](auto& a, auto& b) {
-      return std::tie(a.created_at_ms, a.id) < std::tie(b.created_at_ms, b.id);
-    });
-    return result;
-  });
-}
-
-std::vector<run_record>
 postgres_store::take_over(std::string_view executor, const claim_filter& filter,
                           std::optional<std::string_view> only,
                           std::int64_t now_ms) {

@@ -128,13 +128,6 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
                "'FORWARD', cancel_requested_at = $3 FROM " + s
                + "runs o WHERE u.id = $1 AND o.id = $2 RETURNING "
                + qualified_run_columns("u"));
-  c.prepare("claim_runs",
-             "UPDATE " + s
-               + "runs SET epoch = epoch + 1, recovery_attempts = "
-                 "recovery_attempts + CASE WHEN wake_at > $2 THEN 0 ELSE 1 "
-                 "END WHERE executor = $1 AND status = 'PENDING' AND "
-               + claimable("$3", "$4") + " AND " + holds_lease(s, "$1", "$5")
-               + " RETURNING " + run_columns);
   c.prepare("claim_run",
              "UPDATE " + s
                + "runs SET epoch = epoch + $7, wake_at = NULL, recovery_attempts "

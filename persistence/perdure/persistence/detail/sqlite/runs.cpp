@@ -202,16 +202,6 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
 }
 
 std::vector<run_record>
-sqlite_store::claim_pending_runs(std::string_view executor,
-                                 const claim_filter& filter,
-                                 std::int64_t now_ms) {
-  return in_transaction([&] {
-    return claim_where("executor = ?1", executor, filter, executor, now_ms,
-                       false);
-  });
-}
-
-std::vector<run_record>
 sqlite_store::claim_where(const std::string& which, std::string_view arg,
                           const claim_filter& filter,
                           std::string_view executor, std::int64_t now_ms,
