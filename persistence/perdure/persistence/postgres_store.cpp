@@ -103,6 +103,18 @@ namespace perdure::persistence {
 
 namespace perdure::persistence {
 
+template <class Transaction>
+void postgres_store::in_sql(
+  const std::function<void(detail::sql_tx&)>& body) {
+  with_retry([&] {
+    Transaction t{*conn_};
+    detail::pg_tx tx{t, prepared_, schema_, schema_prefix_};
+    body(tx);
+    t.commit(); // a no-op without a transaction
+    return 0;
+  });
+}
+
 void postgres_store::in_work(
   const std::function<void(pqxx::transaction_base&)>& body) {
   with_retry([&] {
@@ -127,32 +139,16 @@ void postgres_store::in_autocommit(
 namespace perdure::persistence {
 
 void postgres_store::read(const std::function<void(detail::sql_tx&)>& body) {
-  with_retry([&] {
-    pqxx::read_transaction t{*conn_};
-    detail::pg_tx tx{t, prepared_, schema_, schema_prefix_};
-    body(tx);
-    return 0;
-  });
+  in_sql<pqxx::read_transaction>(body);
 }
 
 void postgres_store::write(const std::function<void(detail::sql_tx&)>& body) {
-  with_retry([&] {
-    pqxx::work w{*conn_};
-    detail::pg_tx tx{w, prepared_, schema_, schema_prefix_};
-    body(tx);
-    w.commit();
-    return 0;
-  });
+  in_sql<pqxx::work>(body);
 }
 
 void postgres_store::autocommit(
   const std::function<void(detail::sql_tx&)>& body) {
-  with_retry([&] {
-    pqxx::nontransaction n{*conn_};
-    detail::pg_tx tx{n, prepared_, schema_, schema_prefix_};
-    body(tx);
-    return 0;
-  });
+  in_sql<pqxx::nontransaction>(body);
 }
 
 } // namespace perdure::persistence

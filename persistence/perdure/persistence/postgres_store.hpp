@@ -84,6 +84,10 @@ private:
   /// Runs `body` in a transaction on this connection, retried as every
   /// method is (for the methods written in other files).
   void in_work(const std::function<void(pqxx::transaction_base&)>& body);
+  /// Runs `body` with the SQL layer's transaction over a `Transaction`
+  /// (read-only, read-write, or none), retried.
+  template <class Transaction>
+  void in_sql(const std::function<void(detail::sql_tx&)>& body);
   /// Runs `body`'s statements each on its own (no BEGIN/COMMIT), retried.
   void in_autocommit(
     const std::function<void(pqxx::transaction_base&)>& body);
