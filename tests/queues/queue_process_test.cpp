@@ -108,11 +108,17 @@ TEST_F(queue_process_test, two_processes_hold_the_rate_limit_by_start_time) {
   }
   EXPECT_EQ(pids.size(), 2u) << "both processes claimed";
   std::sort(starts.begin(), starts.end());
+  // Windows 100 ms shorter than the period, as the torture run's check:
+  // the limit counts claims stamped on the database's clock, and a body
+  // begins a little after its claim (the queue restamps a start that
+  // slipped past its 30 ms margin while loading, not the scheduling
+  // after). Under the sanitizers' load one start in 60 slipped into the
+  // next window of a full-length check.
   for (std::size_t i = 0; i < starts.size(); ++i) {
     auto in_window = std::upper_bound(starts.begin(), starts.end(),
-                                      starts[i] + 999)
+                                      starts[i] + 899)
                      - (starts.begin() + static_cast<std::ptrdiff_t>(i));
-    EXPECT_LE(in_window, 20) << "starts in [" << starts[i] << ", +1 s)";
+    EXPECT_LE(in_window, 20) << "starts in [" << starts[i] << ", +900 ms)";
   }
   auto span = starts.back() - starts.front();
   std::cout << "[ measured ] 40 starts after the first 20 took " << span
