@@ -209,9 +209,25 @@ TEST(disk_full_small_volume, runs_resume_when_little_room_returns) {
   auto size = std::filesystem::file_size(filler);
   std::filesystem::resize_file(
     filler, size > 1024 * 1024 ? size - 1024 * 1024 : 0);
-  for (int n = 0; n < 300; ++n)
-    ASSERT_EQ(handles[static_cast<size_t>(n)].get(60s), 2000 + n)
-      << "run " << n << " did not finish after room returned";
+  // Where the room went, if the runs do not finish (seen once under the
+  // sanitizers' load: the file stayed full for a minute).
+  auto room = [&] {
+    std::string out;
+    for (auto& e : std::filesystem::directory_iterator(disk.dir()))
+      out += e.path().filename().string() + " "
+             + std::to_string(e.is_regular_file() ? e.file_size() : 0) + "; ";
+    auto space = std::filesystem::space(disk.dir());
+    return out + "free " + std::to_string(space.available);
+  };
+  for (int n = 0; n < 300; ++n) {
+    try {
+      ASSERT_EQ(handles[static_cast<size_t>(n)].get(60s), 2000 + n)
+        << "run " << n << " did not finish after room returned (" << room()
+        << ")";
+    } catch (const perdure::error& ex) {
+      FAIL() << "run " << n << ": " << ex.what() << " (" << room() << ")";
+    }
+  }
 }
 
 } // namespace
