@@ -46,10 +46,10 @@ namespace {
 /// SQLite (see `claimable_names`).
 std::string claimable(detail::sql_dialect d, const std::string& names = "$2",
                       const std::string& version = "$3") {
-  return (d == detail::sql_dialect::postgresql
-            ? "name = ANY(" + names + "::text[])"
-            : "instr(" + names + ", char(31) || name || char(31)) > 0")
-         + " AND (app_version = '' OR app_version = " + version
+  if (d == detail::sql_dialect::postgresql)
+    return detail::claimable(names, version);
+  return "instr(" + names + ", char(31) || name || char(31)) > 0 AND "
+         "(app_version = '' OR app_version = " + version
          + ") AND object_type IS NULL";
 }
 

@@ -166,12 +166,7 @@ inline void add_completion(const completion_write& c, detail::pg_array& ids,
   ats.add(c.at_ms);
 }
 
-/// Returns the condition that a run's workflow is one of `names` (a text[]
-/// parameter) and its app version none or `version` (see `claim_filter`).
-inline std::string claimable(const std::string& names, const std::string& version) {
-  return "name = ANY(" + names + "::text[]) AND (app_version = '' OR "
-         "app_version = " + version + ") AND object_type IS NULL";
-}
+using detail::claimable;
 
 
 

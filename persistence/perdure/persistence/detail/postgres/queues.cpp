@@ -21,8 +21,7 @@ using detail::opt_param;
 namespace {
 
 /// The database's clock in ms since the epoch, as SQL.
-constexpr const char* db_clock_ms
-  = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+constexpr const char* db_clock_ms = detail::postgres_clock_ms;
 
 /// A timeout or delay past which it means "never" (10 000 years, as the
 /// queues library clamps them; a start time plus it fits in 64 bits).

@@ -1,6 +1,6 @@
 #pragma once
 
-// PostgreSQL SQL spelled in one place, for the PostgreSQL store's prepared
+// SQL spelled in one place, for the PostgreSQL store's prepared
 // statements and for the statements the SQL layer writes once (with `s`
 // the schema prefix, or `{s}` in canonical SQL).
 
@@ -17,6 +17,23 @@ inline std::string holds_lease(const std::string& s,
          + "executors e WHERE e.id = " + executor + " AND e.epoch = " + lease
          + "::bigint AND e.state = 'live'))";
 }
+
+/// The condition that a run's workflow is one of `names` (a text[]
+/// parameter) and its app version none or `version` (see `claim_filter`);
+/// no invocations.
+inline std::string claimable(const std::string& names,
+                             const std::string& version) {
+  return "name = ANY(" + names + "::text[]) AND (app_version = '' OR "
+         "app_version = " + version + ") AND object_type IS NULL";
+}
+
+/// The database's clock in ms since the epoch, as PostgreSQL SQL.
+inline constexpr const char* postgres_clock_ms
+  = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// The same on SQLite (the clock of the host of the file).
+inline constexpr const char* sqlite_clock_ms
+  = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
 
 /// The fence: locks FOR SHARE the runs named by the arrays $1 (ids), $2
 /// (executors) and $3 (epochs) still under that owner and epoch, and keeps

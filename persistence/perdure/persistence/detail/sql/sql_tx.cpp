@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "perdure/persistence/detail/sql/pg_text.hpp"
+
 namespace perdure::persistence::detail {
 
 namespace {
@@ -48,7 +50,7 @@ std::string sqlite_text(std::string_view sql) {
       continue;
     }
     if (sql.compare(i, 5, "{now}") == 0) {
-      out += "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+      out += sqlite_clock_ms;
       i += 5;
       continue;
     }
@@ -90,7 +92,7 @@ std::string postgres_text(std::string_view sql,
       continue;
     }
     if (sql.compare(i, 5, "{now}") == 0) {
-      out += "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+      out += postgres_clock_ms;
       i += 4;
       continue;
     }

@@ -5,6 +5,7 @@
 
 #include "perdure/error.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
+#include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/sqlite/statement.hpp"
 #include "perdure/persistence/sqlite_store.hpp"
 
@@ -13,8 +14,7 @@ namespace perdure::persistence {
 namespace {
 
 /// The clock of the database's host in ms since the epoch, as SQL.
-constexpr const char* db_clock_ms
-  = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+constexpr const char* db_clock_ms = detail::sqlite_clock_ms;
 
 } // namespace
 
