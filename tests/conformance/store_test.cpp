@@ -25,7 +25,7 @@ TEST_F(store_test, reports_its_dialect) {
 TEST_F(store_test, migrations_are_versioned_and_idempotent) {
   // PostgreSQL skips 4 (SQLite's notices table; it has NOTIFY), SQLite 6
   // (PostgreSQL's lease epoch sequence; one runtime per file needs none).
-  auto latest = 9;
+  auto latest = 10;
   EXPECT_EQ(store_->schema_version(), latest);
   store_->migrate();
   auto other = open_store(db_.store_options());
@@ -322,6 +322,22 @@ TEST_F(store_test, cancelling_signals_a_saga_going_forward_and_leaves_a_compensa
   EXPECT_EQ(saga->wake_at_ms, delivered_while_passivated)
     << "a passivated saga is due at once, to observe it";
   EXPECT_EQ(store_->get_run("forward.0")->status, run_status::pending);
+
+  // A saga whose body returned (DONE) keeps its effects: signalled too,
+  // never ended CANCELLED by the store (its run ends as its code does).
+  ASSERT_TRUE(store_->create_run(make_run("done")).created);
+  enter("done", 0, saga_phase::forward);
+  enter("done", 1, saga_phase::done);
+  runs = store_->cancel_run("done", 3000);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_TRUE(runs[0].signalled);
+  auto done = store_->get_run("done");
+  EXPECT_EQ(done->status, run_status::pending);
+  EXPECT_TRUE(done->cancel_requested);
+  auto signalled = store_->signalled_sagas("exec-a");
+  EXPECT_NE(std::find(signalled.begin(), signalled.end(), "done"),
+            signalled.end())
+    << "the sweep signals it again";
 
   ASSERT_TRUE(store_->create_run(make_run("undoing")).created);
   enter("undoing", 0, saga_phase::forward);

@@ -305,6 +305,60 @@ TEST_F(saga_test, a_cancel_right_after_the_start_is_never_lost) {
   EXPECT_EQ(holds, releases);
 }
 
+// The torture suite found this: a cancel landing after a saga's body
+// returned (its DONE phase committed) but before its run ended ended a
+// fully booked saga CANCELLED, its holds standing. Now the saga's effects
+// stand and the code after it observes the cancellation: a run with
+// nothing more to do ends SUCCESS, one that waits ends CANCELLED; nothing
+// is compensated either way.
+TEST_F(saga_test, a_cancel_after_the_saga_body_returned_keeps_its_effects) {
+  for (std::string then : {"ends", "waits"}) {
+    log_.clear();
+    runtime rt{cfg()};
+    std::atomic<bool> in_after{false}, let_go{false};
+    rt.register_workflow("booked", [&](workflow_context& ctx) -> task<int> {
+      auto n = co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
+        co_await s.step("hold", [&] { log_.add("hold"); },
+                        [&] { log_.add("release"); });
+        co_return 1;
+      });
+      // The saga is DONE; its run has not ended while this step runs.
+      co_await ctx.step("after", [&] {
+        in_after = true;
+        while (!let_go)
+          std::this_thread::sleep_for(5ms);
+        return 0;
+      });
+      if (then == "waits") {
+        auto a = co_await ctx.awakeable<int>();
+        co_return co_await a;
+      }
+      co_return n;
+    });
+    rt.start();
+    auto h = rt.start_workflow<int>("booked");
+    ASSERT_TRUE(test::eventually([&] { return in_after.load(); })) << then;
+    h.cancel();
+    EXPECT_EQ(h.status(), run_status::pending)
+      << then << ": a saga done takes a cancellation as a signal";
+    let_go = true;
+    if (then == "ends") {
+      EXPECT_EQ(h.get(10s), 1) << "the booked saga's run ends as it returned";
+      EXPECT_EQ(h.status(), run_status::success);
+    } else {
+      try {
+        h.get(10s);
+        FAIL() << "the run waited on after its cancellation";
+      } catch (const perdure::error& ex) {
+        EXPECT_EQ(ex.code(), errc::workflow_cancelled) << ex.what();
+      }
+      EXPECT_EQ(h.status(), run_status::cancelled);
+    }
+    EXPECT_EQ(log_.lines(), (std::vector<std::string>{"hold"}))
+      << then << ": the saga's effects stand, nothing compensated";
+  }
+}
+
 TEST_F(saga_test, compensating_is_visible_while_the_compensations_run) {
   runtime rt{cfg()};
   std::atomic<bool> let_go{false};

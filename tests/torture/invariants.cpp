@@ -226,6 +226,43 @@ void check_money(client& c, const std::vector<log_line>& client_lines,
   rep.counts["money total"] = total;
 }
 
+/// The run `id` as the store has it, for a violation's message: its row,
+/// its journal and its children.
+std::string describe_run(test::sql_client& sql, const std::string& id) {
+  std::ostringstream out;
+  auto cell = [](const std::optional<std::string>& v) {
+    return v.value_or("NULL");
+  };
+  for (auto& r :
+       sql.exec("SELECT status, coalesce(saga_phase, 'NULL'), "
+                "coalesce(error, ''), cancel_requested_at, executor, epoch, "
+                "updated_at FROM " + sql.table("runs") + " WHERE id = $1",
+                {id})
+         .rows)
+    out << "status " << cell(r[0]) << ", phase " << cell(r[1]) << ", error '"
+        << cell(r[2]) << "', cancel requested at " << cell(r[3])
+        << ", executor " << cell(r[4]) << " epoch " << cell(r[5])
+        << ", updated at " << cell(r[6]) << "; journal:";
+  for (auto& r : sql.exec("SELECT seq, kind, name, outcome, created_at FROM "
+                            + sql.table("journal")
+                            + " WHERE run_id = $1 ORDER BY seq",
+                          {id})
+                   .rows)
+    out << " [" << cell(r[0]) << " " << cell(r[1]) << " " << cell(r[2])
+        << " o" << cell(r[3]) << " @" << cell(r[4]) << "]";
+  out << "; children:";
+  for (auto& r :
+       sql.exec("SELECT id, name, status, coalesce(object_key, ''), "
+                "coalesce(error, ''), created_at, updated_at FROM "
+                  + sql.table("runs") + " WHERE parent_id = $1 ORDER BY id",
+                {id})
+         .rows)
+    out << " [" << cell(r[0]) << " " << cell(r[1]) << " " << cell(r[2]) << " "
+        << cell(r[3]) << " '" << cell(r[4]) << "' " << cell(r[5]) << "-"
+        << cell(r[6]) << "]";
+  return out.str();
+}
+
 void check_inventory(client& c, test::sql_client& sql, check_report& rep) {
   std::set<std::string> booked;
   for (auto& r : sql.exec("SELECT id FROM " + sql.table("runs")
@@ -248,7 +285,8 @@ void check_inventory(client& c, test::sql_client& sql, check_report& rep) {
         if (booked.count(t) == 0)
           rep.violations.push_back(std::string{service} + "/" + key
                                    + " is held by trip " + t
-                                   + ", which did not end booked");
+                                   + ", which did not end booked: "
+                                   + describe_run(sql, t));
     }
     if (held != booked.size())
       rep.violations.push_back(std::to_string(booked.size())

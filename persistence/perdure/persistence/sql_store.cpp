@@ -158,7 +158,8 @@ bool sql_store::set_wake_at(const fence& owner, std::string_view run_id,
   static const sql_query q{
     "set_wake_at",
     "UPDATE {s}runs SET wake_at = CASE WHEN $4::bigint IS NOT NULL AND "
-    "cancel_requested_at IS NOT NULL AND saga_phase = 'FORWARD' THEN 0 ELSE "
+    "cancel_requested_at IS NOT NULL AND saga_phase IN ('FORWARD', 'DONE') "
+    "THEN 0 ELSE "
     "$4::bigint END WHERE id = $1 AND executor = $2 AND epoch = $3 AND "
     "status = 'PENDING'"};
   std::int64_t changed = 0;
@@ -249,7 +250,8 @@ sql_store::signalled_sagas(std::string_view executor) {
   static const sql_query q{
     "signalled_sagas",
     "SELECT id FROM {s}runs WHERE executor = $1 AND status = 'PENDING' AND "
-    "saga_phase = 'FORWARD' AND cancel_requested_at IS NOT NULL"};
+    "saga_phase IN ('FORWARD', 'DONE') AND cancel_requested_at IS NOT "
+    "NULL"};
   std::vector<std::string> ids;
   read([&](sql_tx& tx) { ids = ids_of(tx, q, {executor}); });
   return ids;

@@ -459,7 +459,10 @@ private:
 /// cancelled or passed its deadline: `cancelled_error` at its next durable
 /// operation, or at once while it waits), the completed steps are
 /// compensated and the run ends COMPENSATED or COMPENSATION_FAILED. A
-/// cancellation after the body returned comes too late: the saga is done.
+/// cancellation after the body returned comes too late for the saga: its
+/// effects stand, and the workflow's code after `run` observes the
+/// cancellation at its next durable operation (ending CANCELLED); a run
+/// with nothing after `run` ends as its code returned.
 template <class R, class Body>
 task<R> run(workflow_context& ctx, Body body, saga_options opts = {}) {
   saga s{ctx, std::move(opts)};

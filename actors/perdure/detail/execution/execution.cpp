@@ -294,8 +294,7 @@ void execution::on_cancel(bool ended) {
                      std::string{"cancelled"}});
     return;
   }
-  if (saga_phase_ == persistence::saga_phase::compensating
-      || saga_phase_ == persistence::saga_phase::done) {
+  if (saga_phase_ == persistence::saga_phase::compensating) {
     rt->log().info("perdure: saga {} is {}: the cancellation changes nothing",
                    run_id_, saga_phase_);
     return;
@@ -306,7 +305,12 @@ void execution::on_cancel(bool ended) {
 }
 
 bool execution::cancel_observable() const {
-  return cancel_requested_ && saga_phase_ == persistence::saga_phase::forward
+  // A saga whose body returned (DONE) keeps its effects: what follows it
+  // observes the cancellation as a workflow's code would; if nothing
+  // follows, the run ends as its code returned.
+  return cancel_requested_
+         && (saga_phase_ == persistence::saga_phase::forward
+             || saga_phase_ == persistence::saga_phase::done)
          && cancel_shields_ == 0;
 }
 

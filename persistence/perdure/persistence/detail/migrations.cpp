@@ -161,6 +161,15 @@ std::vector<migration> sqlite_migrations() {
        "partition_concurrency INTEGER, rate_limit INTEGER, rate_period_ms "
        "INTEGER NOT NULL, updated_at INTEGER NOT NULL)",
      }},
+    {10,
+     "sagas: a saga whose body returned (DONE) takes a cancellation as a "
+     "signal too",
+     {
+       "DROP INDEX runs_cancel_signalled",
+       "CREATE INDEX runs_cancel_signalled ON runs (executor) WHERE "
+       "cancel_requested_at IS NOT NULL AND saga_phase IN ('FORWARD', "
+       "'DONE') AND status = 'PENDING'",
+     }},
   };
 }
 
@@ -341,6 +350,15 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "CREATE TABLE " + s + "queues (name TEXT PRIMARY KEY, concurrency "
          "INTEGER, partition_concurrency INTEGER, rate_limit INTEGER, "
          "rate_period_ms BIGINT NOT NULL, updated_at BIGINT NOT NULL)",
+     }},
+    {10,
+     "sagas: a saga whose body returned (DONE) takes a cancellation as a "
+     "signal too",
+     {
+       "DROP INDEX " + s + "runs_cancel_signalled",
+       "CREATE INDEX runs_cancel_signalled ON " + s
+         + "runs (executor) WHERE cancel_requested_at IS NOT NULL AND "
+           "saga_phase IN ('FORWARD', 'DONE') AND status = 'PENDING'",
      }},
   };
 }

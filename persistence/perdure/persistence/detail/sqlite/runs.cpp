@@ -177,7 +177,7 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
     std::vector<cancelled_run> runs;
     bool ended_it = false;
     for (auto& [id, phase] : tree) {
-      if (phase.empty() || phase == saga_phase::done) { // ends as any run
+      if (phase.empty()) { // ends as any run
         prepare("UPDATE runs SET status = 'CANCELLED', error = 'cancelled', "
                 "wake_at = NULL, updated_at = ?2 WHERE id = ?1")
           .bind(1, id)
@@ -185,7 +185,7 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
           .run();
         ended_it = ended_it || id == run_id;
         runs.push_back({id, false});
-      } else if (phase == saga_phase::forward) {
+      } else if (phase == saga_phase::forward || phase == saga_phase::done) {
         prepare("UPDATE runs SET cancel_requested_at = "
                 "COALESCE(cancel_requested_at, ?2), wake_at = CASE WHEN "
                 "wake_at > 0 THEN 0 ELSE wake_at END WHERE id = ?1")
