@@ -60,10 +60,12 @@ void check_same_call(const persistence::run_record& existing,
 
 } // namespace
 
-std::string client::invoke(std::string_view type, std::string_view key,
-                           std::string_view handler, std::string inputs,
-                           call_options opts) {
-  auto& rt = *impl_;
+namespace {
+
+/// Refuses a call this runtime cannot accept, with what to do instead.
+void check_call(detail::runtime_impl& rt, std::string_view type,
+                std::string_view key, std::string_view handler,
+                const std::string& inputs) {
   if (!rt.running())
     throw error(errc::not_running, "start() the runtime before calling objects");
   detail::check_key("object type", type);
@@ -85,42 +87,34 @@ std::string client::invoke(std::string_view type, std::string_view key,
                 "input of " + std::to_string(inputs.size())
                   + " bytes exceeds the limit of "
                   + std::to_string(rt.cfg.max_payload_bytes));
-  persistence::run_record run;
-  run.id = opts.idempotency_key.empty()
-             ? detail::random_id()
-             : idempotent_id(type, key, opts.idempotency_key);
-  if (!opts.idempotency_key.empty()) {
-    detail::check_key("idempotency key", opts.idempotency_key);
-    detail::check_name("idempotency key", run.id);
+}
+
+/// A client process (no executor): stores the call ENQUEUED and tells the
+/// runtimes its key has news.
+void store_for_runtimes(detail::runtime_impl& rt,
+                        const persistence::run_record& call) {
+  auto run = call;
+  run.status = run_status::enqueued;
+  auto stored = rt.svc.stores->with(
+    [&](persistence::store& db) { return db.create_run(run); });
+  if (!stored.created)
+    check_same_call(stored.run, run);
+  try {
+    rt.svc.stores->with([&](persistence::store& db) {
+      db.notify(persistence::notice::calls(run.object_type, run.object_key));
+    });
+  } catch (const std::exception& ex) {
+    // Stored anyway: runtimes claim keys with waiting invocations.
+    rt.log().warn("perdure: could not announce call {}: {}", run.id,
+                  ex.what());
   }
-  run.name = std::string{handler};
-  run.inputs = std::move(inputs);
-  run.app_version = rt.cfg.app_version;
-  run.created_at_ms = detail::now_ms();
-  run.object_type = std::string{type};
-  run.object_key = std::string{key};
-  detail::runtime_impl::client_call call{rt};
-  bool created = false;
-  if (rt.client_mode) {
-    run.status = run_status::enqueued;
-    auto stored = rt.svc.stores->with(
-      [&](persistence::store& db) { return db.create_run(run); });
-    created = stored.created;
-    if (!created)
-      check_same_call(stored.run, run);
-    try {
-      rt.svc.stores->with([&](persistence::store& db) {
-        db.notify(persistence::notice::calls(run.object_type, run.object_key));
-      });
-    } catch (const std::exception& ex) {
-      // Stored anyway: runtimes claim keys with waiting invocations.
-      rt.log().warn("perdure: could not announce call {}: {}", run.id,
-                    ex.what());
-    }
-    return run.id;
-  }
-  // Through the group-commit writer, like starts: calls from many threads
-  // share a commit. Durable first, then delivered.
+}
+
+/// A runtime: stores the call through the group-commit writer, like starts
+/// (calls from many threads share a commit), then delivers it to its key.
+/// Durable first, then delivered.
+void store_and_deliver(detail::runtime_impl& rt,
+                       persistence::run_record& run) {
   auto to = rt.svc.objects->prepare(run);
   std::promise<persistence::write_result> written;
   auto ack = written.get_future();
@@ -134,7 +128,7 @@ std::string client::invoke(std::string_view type, std::string_view key,
         run.status = run_status::enqueued;
       run.inbox_seq = result.inbox_seq;
       rt.svc.objects->deliver(to, run);
-      return run.id;
+      return;
     case persistence::write_ack::failed:
     case persistence::write_ack::superseded:
       // It may have committed all the same: the key's next claim takes it.
@@ -155,6 +149,34 @@ std::string client::invoke(std::string_view type, std::string_view key,
   if (existing->status == run_status::enqueued
       || existing->status == run_status::pending)
     rt.svc.objects->reach(run.object_type, run.object_key, true);
+}
+
+} // namespace
+
+std::string client::invoke(std::string_view type, std::string_view key,
+                           std::string_view handler, std::string inputs,
+                           call_options opts) {
+  auto& rt = *impl_;
+  check_call(rt, type, key, handler, inputs);
+  persistence::run_record run;
+  run.id = opts.idempotency_key.empty()
+             ? detail::random_id()
+             : idempotent_id(type, key, opts.idempotency_key);
+  if (!opts.idempotency_key.empty()) {
+    detail::check_key("idempotency key", opts.idempotency_key);
+    detail::check_name("idempotency key", run.id);
+  }
+  run.name = std::string{handler};
+  run.inputs = std::move(inputs);
+  run.app_version = rt.cfg.app_version;
+  run.created_at_ms = detail::now_ms();
+  run.object_type = std::string{type};
+  run.object_key = std::string{key};
+  detail::runtime_impl::client_call call{rt};
+  if (rt.client_mode)
+    store_for_runtimes(rt, run);
+  else
+    store_and_deliver(rt, run);
   return run.id;
 }
 

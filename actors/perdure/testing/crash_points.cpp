@@ -129,6 +129,93 @@ bool run_until_checkpoint(const std::function<void(runtime&)>& setup,
   return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
+/// The uninterrupted run: how it ends, and (in `commits`) how many
+/// checkpoints it made.
+seen run_reference(const std::function<void(runtime&)>& setup,
+                   std::string_view workflow, const std::string& input,
+                   const crash_check_options& opts, int& commits_made) {
+  auto path = file_for(opts, "reference");
+  remove_db(path);
+  std::atomic<int> commits{0};
+  auto hooks = std::make_shared<config::test_hooks>();
+  hooks->checkpoint_committed = [&](const std::string&, std::int32_t) {
+    ++commits;
+  };
+  seen reference;
+  {
+    runtime rt{config_for(opts, path, hooks)};
+    setup(rt);
+    rt.start();
+    perdure::detail::client_access::start_encoded(rt, workflow, input,
+                                                  {.id = run_id});
+    reference = finish(rt, opts.timeout);
+    rt.stop();
+  }
+  remove_db(path);
+  commits_made = commits;
+  return reference;
+}
+
+/// Crashes the run right after its `k`-th checkpoint, recovers it with a
+/// fresh runtime and adds to `failures` what differs from `reference`.
+void check_crash_point(const std::function<void(runtime&)>& setup,
+                       std::string_view workflow, const std::string& input,
+                       const crash_check_options& opts, int k, int of,
+                       const seen& reference,
+                       std::vector<std::string>& failures) {
+  auto where = "crash after checkpoint " + std::to_string(k) + " of "
+               + std::to_string(of) + ": ";
+  auto path = file_for(opts, std::to_string(k));
+  remove_db(path);
+  if (!run_until_checkpoint(setup, workflow, input, opts, path, k)) {
+    failures.push_back(where + "the run ended before it (fewer "
+                               "checkpoints than uninterrupted: is "
+                               "the workflow deterministic?)");
+    remove_db(path);
+    return;
+  }
+  // What was durable when it died.
+  std::set<std::pair<std::string, std::int32_t>> durable;
+  {
+    client c{config_for(opts, path, nullptr)};
+    for (auto& run : c.list_runs({.limit = 1000}).runs)
+      for (auto& rec : c.history(run.id))
+        durable.insert({run.id, rec.seq});
+  }
+  // Recovery by a fresh runtime with the same executor id.
+  std::mutex mtx;
+  std::vector<std::string> again;
+  auto hooks = std::make_shared<config::test_hooks>();
+  hooks->step_starting = [&](const std::string& id, std::int32_t seq) {
+    if (durable.count({id, seq}) > 0) {
+      std::lock_guard guard{mtx};
+      again.push_back(id + " step " + std::to_string(seq));
+    }
+  };
+  seen recovered;
+  try {
+    runtime rt{config_for(opts, path, hooks)};
+    setup(rt);
+    rt.start();
+    recovered = finish(rt, opts.timeout);
+    rt.stop();
+  } catch (const std::exception& ex) {
+    failures.push_back(where + "recovery failed: " + ex.what());
+    remove_db(path);
+    return;
+  }
+  remove_db(path);
+  if (recovered.status != reference.status || !recovered.ended)
+    failures.push_back(where + "the run ended " + describe(recovered)
+                       + ", uninterrupted " + describe(reference));
+  else if (recovered.output != reference.output)
+    failures.push_back(where + "the run's output differs from the "
+                               "uninterrupted run's");
+  for (auto& a : again)
+    failures.push_back(where + "the body of " + a
+                       + " ran again after its checkpoint committed");
+}
+
 } // namespace
 
 crash_check_result check_crash_points(const std::function<void(runtime&)>& setup,
@@ -136,87 +223,17 @@ crash_check_result check_crash_points(const std::function<void(runtime&)>& setup
                                       std::string input,
                                       crash_check_options opts) {
   crash_check_result result;
-  // The uninterrupted run: its outcome, and how many checkpoints it made.
-  seen reference;
-  {
-    auto path = file_for(opts, "reference");
-    remove_db(path);
-    std::atomic<int> commits{0};
-    auto hooks = std::make_shared<config::test_hooks>();
-    hooks->checkpoint_committed = [&](const std::string&, std::int32_t) {
-      ++commits;
-    };
-    {
-      runtime rt{config_for(opts, path, hooks)};
-      setup(rt);
-      rt.start();
-      perdure::detail::client_access::start_encoded(rt, workflow, input,
-                                                    {.id = run_id});
-      reference = finish(rt, opts.timeout);
-      rt.stop();
-    }
-    remove_db(path);
-    result.crash_points = commits;
-    if (!reference.ended) {
-      result.failures.push_back("the uninterrupted run did not end within the "
-                                "timeout");
-      return result;
-    }
+  auto reference
+    = run_reference(setup, workflow, input, opts, result.crash_points);
+  if (!reference.ended) {
+    result.failures.push_back("the uninterrupted run did not end within the "
+                              "timeout");
+    return result;
   }
   auto points = std::min(result.crash_points, opts.max_crash_points);
-  for (int k = 1; k <= points; ++k) {
-    auto where = "crash after checkpoint " + std::to_string(k) + " of "
-                 + std::to_string(result.crash_points) + ": ";
-    auto path = file_for(opts, std::to_string(k));
-    remove_db(path);
-    if (!run_until_checkpoint(setup, workflow, input, opts, path, k)) {
-      result.failures.push_back(where + "the run ended before it (fewer "
-                                        "checkpoints than uninterrupted: is "
-                                        "the workflow deterministic?)");
-      remove_db(path);
-      continue;
-    }
-    // What was durable when it died.
-    std::set<std::pair<std::string, std::int32_t>> durable;
-    {
-      client c{config_for(opts, path, nullptr)};
-      for (auto& run : c.list_runs({.limit = 1000}).runs)
-        for (auto& rec : c.history(run.id))
-          durable.insert({run.id, rec.seq});
-    }
-    // Recovery by a fresh runtime with the same executor id.
-    std::mutex mtx;
-    std::vector<std::string> again;
-    auto hooks = std::make_shared<config::test_hooks>();
-    hooks->step_starting = [&](const std::string& id, std::int32_t seq) {
-      if (durable.count({id, seq}) > 0) {
-        std::lock_guard guard{mtx};
-        again.push_back(id + " step " + std::to_string(seq));
-      }
-    };
-    seen recovered;
-    try {
-      runtime rt{config_for(opts, path, hooks)};
-      setup(rt);
-      rt.start();
-      recovered = finish(rt, opts.timeout);
-      rt.stop();
-    } catch (const std::exception& ex) {
-      result.failures.push_back(where + "recovery failed: " + ex.what());
-      remove_db(path);
-      continue;
-    }
-    remove_db(path);
-    if (recovered.status != reference.status || !recovered.ended)
-      result.failures.push_back(where + "the run ended " + describe(recovered)
-                                + ", uninterrupted " + describe(reference));
-    else if (recovered.output != reference.output)
-      result.failures.push_back(where + "the run's output differs from the "
-                                        "uninterrupted run's");
-    for (auto& a : again)
-      result.failures.push_back(where + "the body of " + a
-                                + " ran again after its checkpoint committed");
-  }
+  for (int k = 1; k <= points; ++k)
+    check_crash_point(setup, workflow, input, opts, k, result.crash_points,
+                      reference, result.failures);
   return result;
 }
 

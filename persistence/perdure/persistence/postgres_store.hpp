@@ -11,6 +11,7 @@
 
 namespace pqxx {
 class transaction_base;
+class result;
 } // namespace pqxx
 
 namespace perdure::persistence {
@@ -103,6 +104,8 @@ private:
     std::unordered_map<std::string, inserted_run> inserted; // runs created
     std::uint64_t appended = 0;               // journal rows inserted
   };
+  /// Reads the rows of a write_batch statement into `out`.
+  static void read_tagged(const pqxx::result& rows, batch_outcome& out);
 
   struct connection;
 

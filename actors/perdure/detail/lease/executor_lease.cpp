@@ -95,17 +95,7 @@ void executor_lease::beat() {
     lost = lost_;
   }
   if (lost) {
-    try {
-      acquire();
-    } catch (const std::exception&) {
-      return; // held by another process now, or the store is away: later
-    }
-    renewed_cv_.notify_all();
-    healthy_since_ = std::chrono::steady_clock::now(); // it was cut off
-    log_.warn("perdure: executor '{}' holds its lease again; it recovers "
-              "the runs nobody took over",
-              request_.executor);
-    events_.regained();
+    regain();
     return;
   }
   auto sent = std::chrono::steady_clock::now();
@@ -152,8 +142,27 @@ void executor_lease::beat() {
   // too: they get a lease's time to renew before this one judges them.
   if (sent - *healthy_since_ < std::chrono::milliseconds{request_.timeout_ms})
     renewal->lapsed.clear();
+  events_.renewed(declare_lapsed(renewal->lapsed));
+}
+
+void executor_lease::regain() {
+  try {
+    acquire();
+  } catch (const std::exception&) {
+    return; // held by another process now, or the store is away: later
+  }
+  renewed_cv_.notify_all();
+  healthy_since_ = std::chrono::steady_clock::now(); // it was cut off
+  log_.warn("perdure: executor '{}' holds its lease again; it recovers "
+            "the runs nobody took over",
+            request_.executor);
+  events_.regained();
+}
+
+std::size_t
+executor_lease::declare_lapsed(const std::vector<std::string>& lapsed) {
   std::size_t declared = 0;
-  for (auto& id : renewal->lapsed) {
+  for (auto& id : lapsed) {
     try {
       if (!store_->lapse_executor(id))
         continue; // another process declared it first
@@ -167,7 +176,7 @@ void executor_lease::beat() {
                 ex.what());
     }
   }
-  events_.renewed(declared);
+  return declared;
 }
 
 } // namespace perdure::detail

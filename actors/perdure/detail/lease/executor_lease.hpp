@@ -70,6 +70,11 @@ public:
 
 private:
   void beat();
+  /// After a loss: acquires the lease again, if it can.
+  void regain();
+  /// Declares `lapsed` executors lapsed (those nobody declared first) and
+  /// tells everyone; returns how many this one declared.
+  std::size_t declare_lapsed(const std::vector<std::string>& lapsed);
 
   persistence::lease_request request_;
   spdlog::logger& log_;

@@ -1,3 +1,6 @@
+// The migrations of each backend, as data: two long lists (see
+// migrations.hpp for the numbering rule).
+
 #include "perdure/persistence/detail/migrations.hpp"
 
 namespace perdure::persistence::detail {

@@ -29,6 +29,28 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
   return result;
 }
 
+/// Reads the batch statement's rows, each a tag and a value: "a" a run
+/// whose fence held, "c" a run completed, "n"/"e" a run created (ENQUEUED
+/// behind older calls for "e") with its inbox place, else how many entries
+/// were appended.
+void postgres_store::read_tagged(const pqxx::result& rows,
+                                 batch_outcome& out) {
+  for (const auto& row : rows) {
+    auto tag = row[0].as<std::string>();
+    auto value = row[1].as<std::string>();
+    if (tag == "a")
+      out.owned.insert(std::move(value));
+    else if (tag == "c")
+      out.done.insert(std::move(value));
+    else if (tag == "n" || tag == "e") {
+      auto [id, seq] = read_created(value);
+      out.inserted.emplace(std::move(id), inserted_run{tag == "e", seq});
+    }
+    else
+      out.appended = std::stoull(value);
+  }
+}
+
 batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
   detail::pg_array f_ids, f_execs, f_epochs;
   detail::pg_array ids, seqs, kinds, names, outcomes, payloads, errors, ats;
@@ -99,20 +121,7 @@ batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
                       n.versions.str(), n.ats.str(), n.parents.str(),
                       n.deadlines.str(), n.object_types.str(),
                       n.object_keys.str(), lease());
-    for (const auto& row : rows) {
-      auto tag = row[0].as<std::string>();
-      auto value = row[1].as<std::string>();
-      if (tag == "a")
-        out.owned.insert(std::move(value));
-      else if (tag == "c")
-        out.done.insert(std::move(value));
-      else if (tag == "n" || tag == "e") {
-        auto [id, seq] = read_created(value);
-        out.inserted.emplace(std::move(id), inserted_run{tag == "e", seq});
-      }
-      else
-        out.appended = std::stoull(value);
-    }
+    read_tagged(rows, out);
     auto result = make_result(batch, out);
     read_recorded(w, batch, out.appended, result);
     return result;

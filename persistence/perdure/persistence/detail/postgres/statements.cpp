@@ -1,5 +1,7 @@
 // Statement preparation of the PostgreSQL store: every statement it uses
-// on the hot path is prepared once per connection, under its name.
+// on the hot path is prepared once per connection, under its name. The
+// prepare_* functions are long lists of statements, one concept each
+// (runs, batches, objects): read as data, not as logic, so they stay whole.
 
 #include "perdure/persistence/postgres_store.hpp"
 #include "perdure/persistence/detail/postgres/postgres_internal.hpp"
