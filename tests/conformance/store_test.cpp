@@ -338,6 +338,9 @@ TEST_F(store_test, cancelling_signals_a_saga_going_forward_and_leaves_a_compensa
   EXPECT_NE(std::find(signalled.begin(), signalled.end(), "done"),
             signalled.end())
     << "the sweep signals it again";
+  ASSERT_TRUE(store_->set_wake_at(owner, "done", 9000));
+  EXPECT_EQ(store_->get_run("done")->wake_at_ms, delivered_while_passivated)
+    << "a passivation cannot hide the request: due at once";
 
   ASSERT_TRUE(store_->create_run(make_run("undoing")).created);
   enter("undoing", 0, saga_phase::forward);

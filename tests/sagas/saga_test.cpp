@@ -308,11 +308,12 @@ TEST_F(saga_test, a_cancel_right_after_the_start_is_never_lost) {
 // The torture suite found this: a cancel landing after a saga's body
 // returned (its DONE phase committed) but before its run ended ended a
 // fully booked saga CANCELLED, its holds standing. Now the saga's effects
-// stand and the code after it observes the cancellation: a run with
-// nothing more to do ends SUCCESS, one that waits ends CANCELLED; nothing
+// stand and the code after it ends at its next durable operation: a run
+// with nothing more to do ends SUCCESS, one that waits ends CANCELLED (even
+// code that catches everything: it never sees the cancellation); nothing
 // is compensated either way.
 TEST_F(saga_test, a_cancel_after_the_saga_body_returned_keeps_its_effects) {
-  for (std::string then : {"ends", "waits"}) {
+  for (std::string then : {"ends", "waits", "catches"}) {
     log_.clear();
     runtime rt{cfg()};
     std::atomic<bool> in_after{false}, let_go{false};
@@ -333,6 +334,14 @@ TEST_F(saga_test, a_cancel_after_the_saga_body_returned_keeps_its_effects) {
         auto a = co_await ctx.awakeable<int>();
         co_return co_await a;
       }
+      while (then == "catches") {
+        try {
+          auto a = co_await ctx.awakeable<int>();
+          co_return co_await a;
+        } catch (const std::exception&) {
+          // goes on waiting: it must not spin, nor hold the run
+        }
+      }
       co_return n;
     });
     rt.start();
@@ -348,15 +357,49 @@ TEST_F(saga_test, a_cancel_after_the_saga_body_returned_keeps_its_effects) {
     } else {
       try {
         h.get(10s);
-        FAIL() << "the run waited on after its cancellation";
+        FAIL() << then << ": the run waited on after its cancellation";
       } catch (const perdure::error& ex) {
-        EXPECT_EQ(ex.code(), errc::workflow_cancelled) << ex.what();
+        EXPECT_EQ(ex.code(), errc::workflow_cancelled) << then << ": "
+                                                       << ex.what();
       }
-      EXPECT_EQ(h.status(), run_status::cancelled);
+      EXPECT_EQ(h.status(), run_status::cancelled) << then;
     }
     EXPECT_EQ(log_.lines(), (std::vector<std::string>{"hold"}))
       << then << ": the saga's effects stand, nothing compensated";
   }
+}
+
+// A passivated run whose saga is done, cancelled: it comes back and ends
+// CANCELLED, its saga's effects standing.
+TEST_F(saga_test, a_passivated_run_after_its_saga_cancelled_ends_cancelled) {
+  auto c = cfg();
+  c.passivate_after = 50ms;
+  runtime rt{c};
+  rt.register_workflow("booked_waits", [&](workflow_context& ctx) -> task<int> {
+    co_await sagas::run<int>(ctx, [&](sagas::saga& s) -> task<int> {
+      co_await s.step("hold", [&] { log_.add("hold"); },
+                      [&] { log_.add("release"); });
+      co_return 1;
+    });
+    auto a = co_await ctx.awakeable<int>();
+    co_return co_await a;
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("booked_waits");
+  test::sql_client sql{db_};
+  ASSERT_TRUE(test::eventually([&] {
+    return sql.scalar("SELECT COUNT(*) FROM " + sql.table("runs")
+                      + " WHERE wake_at IS NOT NULL")
+           == "1";
+  })) << "the run passivates";
+  h.cancel();
+  try {
+    h.get(10s);
+    FAIL() << "the run succeeded";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::workflow_cancelled) << ex.what();
+  }
+  EXPECT_EQ(log_.lines(), (std::vector<std::string>{"hold"}));
 }
 
 TEST_F(saga_test, compensating_is_visible_while_the_compensations_run) {

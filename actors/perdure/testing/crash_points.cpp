@@ -129,7 +129,7 @@ bool run_until_checkpoint(const std::function<void(runtime&)>& setup,
   return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
-/// The uninterrupted run: how it ends, and (in `commits`) how many
+/// The uninterrupted run: how it ends, and (in `commits_made`) how many
 /// checkpoints it made.
 seen run_reference(const std::function<void(runtime&)>& setup,
                    std::string_view workflow, const std::string& input,

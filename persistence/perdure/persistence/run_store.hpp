@@ -69,10 +69,11 @@ public:
   /// its PENDING
   /// descendants (no fence:
   /// cancellation comes from anywhere; none below a compensating saga, and
-  /// below a saga going forward only its child sagas). A
-  /// saga going forward is signalled: `cancel_requested` set (and, if
+  /// below a saga going forward only its child sagas). A PENDING saga
+  /// going forward or done is signalled: `cancel_requested` set (and, if
   /// passivated, due at once), status kept; a compensating saga is left
-  /// alone; any other run (a saga done included) ends CANCELLED. Marks the run's parent `delivered_while_passivated` if it is
+  /// alone; any other run (a queue item waiting to retry included) ends
+  /// CANCELLED. Marks the run's parent `delivered_while_passivated` if it is
   /// passivated and the run ended. Returns the runs cancelled or signalled,
   /// empty if `run_id` was not PENDING. `deadline_ms` (a deadline timer
   /// firing): only if the run is PENDING with exactly that deadline -- a

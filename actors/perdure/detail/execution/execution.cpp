@@ -305,9 +305,10 @@ void execution::on_cancel(bool ended) {
 }
 
 bool execution::cancel_observable() const {
-  // A saga whose body returned (DONE) keeps its effects: what follows it
-  // observes the cancellation as a workflow's code would; if nothing
-  // follows, the run ends as its code returned.
+  // A saga whose body returned (DONE) keeps its effects; at the next
+  // durable operation of the code after it (or at once while it waits) the
+  // run ends CANCELLED, as an ordinary run does (see on_outcome); if
+  // nothing follows, it ends as its code returned.
   return cancel_requested_
          && (saga_phase_ == persistence::saga_phase::forward
              || saga_phase_ == persistence::saga_phase::done)
@@ -381,6 +382,16 @@ void execution::on_durable(std::int32_t seq, std::int32_t ack, std::int32_t resu
   if (static_cast<persistence::outcome>(result) == persistence::outcome::cancelled
       && recording)
     return; // a wait's outcome is being recorded: it wins, live as on replay
+  if (static_cast<persistence::outcome>(result) == persistence::outcome::cancelled
+      && saga_phase_ == persistence::saga_phase::done) {
+    // Code after a saga that is done never sees the cancellation (it could
+    // catch it and go on for ever): the run ends CANCELLED here, as the
+    // store ends an ordinary run.
+    cancelled_end_ = std::make_unique<std::string>(std::move(error));
+    abandoned = true;
+    finish();
+    return;
+  }
   if (auto& hooks = rt->cfg.testing;
       hooks && hooks->checkpoint_committed
       && static_cast<persistence::outcome>(result)

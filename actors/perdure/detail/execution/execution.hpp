@@ -230,8 +230,12 @@ private:
   std::int32_t attempt = 0;
   /// The run's end, kept until its final status has committed.
   std::unique_ptr<run_outcome> final_outcome;
-  /// Set when the code went on after a non-determinism error.
+  /// Set when the code went on after a non-determinism error, or when a
+  /// cancellation ends the run under its code (`cancelled_end_`).
   bool abandoned = false;
+  /// The error of a cancellation that ended the run after its saga was
+  /// done (the code did not see it).
+  std::unique_ptr<std::string> cancelled_end_;
   /// When the await in flight started waiting (clock ms), for passivation.
   std::int64_t waiting_since = 0;
   /// Whether a passivation write is in flight.
@@ -367,8 +371,8 @@ private:
   /// at its next durable operation.
   void on_cancel(bool ended);
 
-  /// Whether the code must see a cancellation now (a saga going forward
-  /// that was asked to cancel).
+  /// Whether a cancellation is observed now (a saga going forward, or
+  /// done, that was asked to cancel).
   bool cancel_observable() const;
 
   /// A saga asked to cancel: cuts a sleep short or ends a wait with the

@@ -38,6 +38,10 @@ void execution::finish() {
   if (fatal_) {
     c.status = run_status::error;
     c.error = *fatal_;
+  } else if (cancelled_end_) {
+    c.status = run_status::cancelled;
+    c.error = cancelled_end_->empty() ? std::string{"cancelled"}
+                                      : *cancelled_end_;
   } else {
     try {
       auto out = driver->take_result();

@@ -159,6 +159,13 @@ void execution::on_found(std::int32_t seq, bool failed, bool found,
     }
     stay_awake(); // delivered after all: record it below
   }
+  if (found && cancel_observable()
+      && saga_phase_ == persistence::saga_phase::done) {
+    // What it waited for may have ended because of this very cancellation
+    // (a child, cancelled with it): the run ends CANCELLED, not on that.
+    cancel_operation();
+    return;
+  }
   if (found) {
     wait_outcome w;
     w.index = index;

@@ -71,14 +71,14 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
   // The run and its PENDING descendants (none below a compensating saga:
   // those are its compensations' calls; below a saga going forward, only
   // child sagas: a plain child or call is what a step in flight waits
-  // for, which finishes and is compensated): sagas going forward or done
-  // (body returned: its effects stand, what follows observes) are
+  // for, which finishes and is compensated): PENDING sagas going forward
+  // or done (body returned: its effects stand, what follows observes) are
   // signalled (due at once if passivated), compensating ones left alone,
-  // other runs end. One UPDATE whose CASEs PostgreSQL evaluates on the row
+  // other runs end (a queue item waiting to retry too). One UPDATE whose CASEs PostgreSQL evaluates on the row
   // as it is once locked: a phase committed meanwhile is seen. The run's
   // own parent, if it is passivated (waiting for this end, maybe), is
   // marked delivered.
-  auto ends = std::string{"(saga_phase IS NULL)"};
+  auto ends = std::string{"(saga_phase IS NULL OR status = 'ENQUEUED')"};
   // A deadline timer ($3) cancels only the attempt it was armed for (also
   // re-checked on the locked row: a retry may have put the item back).
   auto at_deadline = std::string{

@@ -153,31 +153,36 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
   return in_transaction([&] {
     // One statement per effect (SQLite has no data-modifying CTEs); the
     // tree is read once, before either changes it.
-    std::vector<std::pair<std::string, std::string>> tree;
+    struct member {
+      std::string id, phase, status;
+    };
+    std::vector<member> tree;
     // None below a compensating saga: those are its compensations' calls;
     // below a saga going forward, only child sagas (a plain child or call
     // is what a step in flight waits for: it finishes, and is compensated).
     auto& sel = prepare(
-      "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM runs "
+      "WITH RECURSIVE tree(id, phase, status) AS (SELECT id, saga_phase, "
+      "status FROM runs "
       "WHERE id = ?1 AND (status = 'PENDING' OR (status = 'ENQUEUED' AND "
       "(queue_name IS NOT NULL OR object_key IS NOT NULL))) AND (?2 IS NULL OR (status = 'PENDING' AND "
-      "deadline = ?2)) UNION SELECT r.id, r.saga_phase "
+      "deadline = ?2)) UNION SELECT r.id, r.saga_phase, r.status "
       "FROM tree t CROSS JOIN runs r WHERE r.parent_id = t.id AND r.status = "
       "'PENDING' AND t.phase IS NOT 'COMPENSATING' AND NOT (t.phase IS "
       "'FORWARD' AND r.saga_phase IS NULL)) SELECT id, "
-      "COALESCE(phase, '') FROM tree");
+      "COALESCE(phase, ''), status FROM tree");
     sel.bind(1, run_id);
     if (deadline_ms) // a deadline timer: only the attempt it was armed for
       sel.bind(2, *deadline_ms);
     else
       sel.bind_null(2);
     while (sel.step())
-      tree.emplace_back(sel.text(0), sel.text(1));
+      tree.push_back({sel.text(0), sel.text(1), sel.text(2)});
     sel.reset();
     std::vector<cancelled_run> runs;
     bool ended_it = false;
-    for (auto& [id, phase] : tree) {
-      if (phase.empty()) { // ends as any run
+    for (auto& [id, phase, status] : tree) {
+      // A queue item waiting to retry ends as any run, saga or not.
+      if (phase.empty() || status == "ENQUEUED") { // ends as any run
         prepare("UPDATE runs SET status = 'CANCELLED', error = 'cancelled', "
                 "wake_at = NULL, updated_at = ?2 WHERE id = ?1")
           .bind(1, id)
