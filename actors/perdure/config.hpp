@@ -16,6 +16,15 @@ class logger;
 
 namespace perdure {
 
+/// What a run whose code no longer replays its journal becomes.
+enum class non_determinism_policy {
+  /// BLOCKED: not ended, out of memory, tried again by processes started
+  /// later (their code may be fixed), resumable, cancellable.
+  block,
+  /// ERROR, for good (as before BLOCKED existed).
+  fail,
+};
+
 /// Everything a runtime needs to know. An aggregate: set fields with
 /// designated initializers or start from `config::from_env()`.
 struct config {
@@ -32,6 +41,10 @@ struct config {
   std::string executor_id;
   /// Recorded with every run; useful when code changes between deploys.
   std::string app_version;
+  /// A run whose code no longer replays its journal (a deploy changed it
+  /// without a patch): BLOCKED (the default) or ERROR. Object invocations
+  /// end ERROR either way (blocking one would hold its key's later calls).
+  non_determinism_policy on_non_determinism = non_determinism_policy::block;
   /// How payloads are written (reading accepts both).
   persistence::encoding payload_encoding = persistence::encoding::json;
   /// Largest inputs, step result or output accepted, in bytes.

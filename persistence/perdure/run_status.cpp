@@ -7,7 +7,7 @@ namespace perdure {
 
 namespace {
 
-constexpr std::array<std::pair<run_status, std::string_view>, 10> names{{
+constexpr std::array<std::pair<run_status, std::string_view>, 11> names{{
   {run_status::enqueued, "ENQUEUED"},
   {run_status::pending, "PENDING"},
   {run_status::success, "SUCCESS"},
@@ -18,6 +18,7 @@ constexpr std::array<std::pair<run_status, std::string_view>, 10> names{{
   {run_status::compensated, "COMPENSATED"},
   {run_status::compensation_failed, "COMPENSATION_FAILED"},
   {run_status::dead_letter, "DEAD_LETTER"},
+  {run_status::blocked, "BLOCKED"},
 }};
 
 } // namespace

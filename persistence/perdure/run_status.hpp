@@ -26,6 +26,11 @@ enum class run_status : std::uint8_t {
   /// A queue item whose attempts all failed (or that failed terminally):
   /// out of its queue's way, listed with its error, re-enqueued on demand.
   dead_letter,
+  /// A run whose code no longer replays its journal (a deploy changed it
+  /// without a patch): not ended, out of every process's memory, its error
+  /// saying where and how. A process started later tries it again; or
+  /// `resume` it, or cancel it.
+  blocked,
 };
 
 /// Returns the stored spelling, e.g. `"PENDING"`.
@@ -37,7 +42,7 @@ std::optional<run_status> parse_run_status(std::string_view str) noexcept;
 /// Returns whether a run in status `x` has ended for good.
 constexpr bool is_terminal(run_status x) noexcept {
   return x != run_status::enqueued && x != run_status::pending
-         && x != run_status::compensating;
+         && x != run_status::compensating && x != run_status::blocked;
 }
 
 } // namespace perdure

@@ -161,7 +161,9 @@ TEST_F(recovery_test, non_determinism_fails_that_run_with_a_clear_error) {
   seed_run("bad", "abc", enc(1));
   seed_entry("bad", 0, "reserve", enc(1)); // the code now calls "a"
   counters n;
-  runtime rt{cfg()};
+  auto c = cfg();
+  c.on_non_determinism = non_determinism_policy::fail; // see versions/
+  runtime rt{c};
   register_abc(rt, n);
   rt.start();
   try {
@@ -182,7 +184,9 @@ TEST_F(recovery_test, non_determinism_cannot_be_swallowed_by_user_code) {
   seed_run("sneaky", "swallow", "");
   seed_entry("sneaky", 0, "old-name", enc(1));
   std::atomic<int> later{0};
-  runtime rt{cfg()};
+  auto c = cfg();
+  c.on_non_determinism = non_determinism_policy::fail; // see versions/
+  runtime rt{c};
   rt.register_workflow("swallow", [&](workflow_context& ctx) -> task<int> {
     try {
       co_await ctx.step("new-name", [] { return 1; });

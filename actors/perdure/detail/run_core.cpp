@@ -18,6 +18,7 @@ bool run_core::replaying(std::int32_t seq, persistence::entry_kind kind,
                       + "' but the journal recorded " + to_string(e.kind)
                       + " '" + e.name + "'";
     fatal_ = std::make_unique<std::string>(msg);
+    diverged_ = true;
     throw perdure::error(errc::non_determinism, msg);
   }
   return true;

@@ -213,6 +213,9 @@ protected:
   using journal_map = std::map<std::int32_t, persistence::journal_entry>;
   std::unique_ptr<journal_map> recorded_;
   std::unique_ptr<std::string> fatal_;
+  /// Whether `fatal_` is a divergence of the code from the journal (what a
+  /// deploy causes), not an unreadable row.
+  bool diverged_ = false;
   /// Per topic, the last message consumed (few topics per run: a vector).
   std::vector<std::pair<std::string, std::int64_t>> consumed_;
   persistence::encoding encoding_ = persistence::encoding::json;

@@ -59,6 +59,24 @@ public:
                      std::int64_t now_ms)
     = 0;
 
+  /// Sets run `run_id`, owned by `owner`, BLOCKED: its code no longer
+  /// replays its journal (`why`: where and how). `code_since_ms`: when the
+  /// process that met it started (`claim_blocked` of processes started
+  /// later tries it again). Returns false if fenced.
+  virtual bool block_run(const fence& owner, std::string_view run_id,
+                         std::string_view why, std::int64_t code_since_ms,
+                         std::int64_t at_ms)
+    = 0;
+
+  /// Claims for `executor` the BLOCKED runs `filter` lets it run that were
+  /// blocked by a process started before `code_since_ms` (this one's code
+  /// may be newer), at most `limit`: PENDING again under a new epoch,
+  /// returned as they now are.
+  virtual std::vector<run_record>
+  claim_blocked(std::string_view executor, const claim_filter& filter,
+                std::int64_t code_since_ms, std::int64_t limit)
+    = 0;
+
   /// Records that run `run_id`, owned by `owner`, is out of memory until
   /// `wake_at_ms` (or clears it with nullopt). Returns false if fenced.
   virtual bool set_wake_at(const fence& owner, std::string_view run_id,

@@ -112,6 +112,51 @@ sql_store::claim_pending_runs(std::string_view executor,
   return runs;
 }
 
+bool sql_store::block_run(const fence& owner, std::string_view run_id,
+                          std::string_view why, std::int64_t code_since_ms,
+                          std::int64_t at_ms) {
+  // It stays with its owner's name (who met it), out of memory, its epoch
+  // moved on: a copy still running anywhere is fenced.
+  static const sql_query q{
+    "block_run",
+    "UPDATE {s}runs SET status = 'BLOCKED', error = $4, blocked_code_since "
+    "= $5, updated_at = $6, wake_at = NULL, epoch = epoch + 1 WHERE id = $1 "
+    "AND executor = $2 AND epoch = $3 AND status = 'PENDING'"};
+  std::int64_t changed = 0;
+  autocommit([&](sql_tx& tx) {
+    changed = tx.run(q, {run_id, std::string_view{owner.executor},
+                         owner.epoch, why, code_since_ms, at_ms});
+  });
+  return changed == 1;
+}
+
+std::vector<run_record> sql_store::claim_blocked(std::string_view executor,
+                                                 const claim_filter& filter,
+                                                 std::int64_t code_since_ms,
+                                                 std::int64_t limit) {
+  // Counted as a recovery: code that blocks it again and again ends it
+  // RETRIES_EXCEEDED in the end, as any run that cannot get through.
+  static const auto q = both_dialects("claim_blocked", [](auto d) {
+    return "UPDATE {s}runs SET status = 'PENDING', executor = $1, epoch = "
+           "epoch + 1, error = NULL, recovery_attempts = recovery_attempts + "
+           "1 WHERE id IN (SELECT id FROM {s}runs WHERE status = 'BLOCKED' "
+           "AND blocked_code_since < $2 AND "
+           + claimable(d, "$3", "$4") + " LIMIT $5) AND status = 'BLOCKED' "
+           "AND " + detail::holds_lease("{s}", "$1", "$6") + " RETURNING "
+           + detail::run_columns;
+  });
+  std::vector<run_record> runs;
+  write([&](sql_tx& tx) {
+    runs.clear();
+    auto names = claimable_names(filter, tx.dialect());
+    tx.run(q.of(tx.dialect()),
+           {executor, code_since_ms, std::string_view{names},
+            std::string_view{filter.app_version}, limit, lease_epoch()},
+           [&](const sql_row& r) { runs.push_back(detail::read_run(r)); });
+  });
+  return runs;
+}
+
 std::int64_t sql_store::release_unclaimable(std::string_view executor,
                                             const claim_filter& filter) {
   // Its own PENDING runs this process cannot run go to whoever can.

@@ -47,6 +47,13 @@ public:
                                              std::int64_t now_ms) override;
   std::int64_t release_unclaimable(std::string_view executor,
                                    const claim_filter& filter) override;
+  bool block_run(const fence& owner, std::string_view run_id,
+                 std::string_view why, std::int64_t code_since_ms,
+                 std::int64_t at_ms) override;
+  std::vector<run_record> claim_blocked(std::string_view executor,
+                                        const claim_filter& filter,
+                                        std::int64_t code_since_ms,
+                                        std::int64_t limit) override;
   std::int64_t count_unclaimable(std::string_view executor,
                                  const claim_filter& filter) override;
 

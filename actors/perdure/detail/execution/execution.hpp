@@ -210,6 +210,16 @@ private:
   /// what it carries (see `new_attempt_marker`).
   void load_attempts(std::vector<persistence::journal_entry>& journal);
   bool requeued_ = false;
+  /// Set BLOCKED instead of ending (see `block`).
+  bool blocked_ = false;
+  /// Its code no longer replays its journal: sets it BLOCKED (`why`: the
+  /// divergence) and leaves memory.
+  void block(const std::string& why);
+  /// Leaves memory by `write` (on the control executor; false: fenced),
+  /// which is not an end: its outcome comes back as `ended`; `what` names
+  /// it in the log if the store fails.
+  void leave_by(const char* what,
+                std::function<bool(persistence::store&)> write);
   /// The keys held by the calls this run serves (see
   /// `run_record::call_chain`); null: none.
   std::unique_ptr<std::string> call_chain;

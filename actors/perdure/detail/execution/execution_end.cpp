@@ -35,6 +35,12 @@ void execution::finish() {
   c.run_id = run_id_;
   c.owner = owner();
   c.at_ms = now_ms();
+  if (fatal_ && diverged_
+      && rt->cfg.on_non_determinism == non_determinism_policy::block
+      && host_->held_key().empty()) {
+    block(*fatal_);
+    return;
+  }
   if (fatal_) {
     c.status = run_status::error;
     c.error = *fatal_;
@@ -101,27 +107,61 @@ void execution::finish() {
 
 void execution::requeue(std::int64_t not_before_ms, std::string error) {
   requeued_ = true;
+  leave_by("go back to its queue",
+           [fence = owner(), id = run_id_, not_before_ms,
+            error = std::move(error)](persistence::store& db) {
+             return db.retry_item(fence, id, not_before_ms, error,
+                                  detail::now_ms());
+           });
+}
+
+void execution::block(const std::string& why) {
+  blocked_ = true;
+  auto version = rt->cfg.app_version.empty() ? std::string{"(no app_version)"}
+                                             : rt->cfg.app_version;
+  auto text = why + "; met by executor '" + rt->cfg.executor_id
+              + "' at app version " + version;
+  rt->log().warn("perdure: run {} is BLOCKED: {}. Deploy code that replays "
+                 "its journal (guard the change with ctx.patched), then a "
+                 "process started later tries it again; or resume it, or "
+                 "cancel it",
+                 run_id_, text);
+  leave_by("be set BLOCKED",
+           [fence = owner(), id = run_id_, svc = rt,
+            text = persistence::valid_text(text)](persistence::store& db) {
+             return db.block_run(fence, id, text, svc->started_at_ms,
+                                 svc->clock->now_ms());
+           });
+}
+
+void execution::leave_by(const char* what,
+                         std::function<bool(persistence::store&)> write) {
   auto me = mailbox_;
-  rt->control->post([me, rt = rt, id = run_id_, fence = owner(),
-                     not_before_ms, error = std::move(error)] {
+  rt->control->post([me, rt = rt, id = run_id_, what,
+                     write = std::move(write)] {
     auto ack = persistence::write_ack::failed;
     try {
-      auto done = rt->stores->with([&](persistence::store& db) {
-        return db.retry_item(fence, id, not_before_ms, error,
-                             detail::now_ms());
-      });
+      auto done = rt->stores->with(write);
       ack = done ? persistence::write_ack::committed
                  : persistence::write_ack::rejected;
     } catch (const std::exception& ex) {
-      rt->log().warn("perdure: queue item {} could not go back to its queue "
-                     "({}); it is tried again here",
-                     id, ex.what());
+      rt->log().warn("perdure: run {} could not {} ({}); it is tried again "
+                     "here",
+                     id, what, ex.what());
     }
     send_signal(me, run_signal::ended, static_cast<std::int32_t>(ack));
   });
 }
 
 void execution::on_ended(std::int32_t ack) {
+  if (blocked_) {
+    // Not an end: a waiting handle goes on waiting.
+    if (write_committed(ack, "its BLOCKED status")) {
+      rt->queue_item_released(run_id_);
+      stop(std::nullopt);
+    }
+    return;
+  }
   if (requeued_) {
     // Back in its queue: not an end; a waiting handle goes on waiting.
     if (write_committed(ack, "its return to its queue")) {

@@ -159,12 +159,27 @@ void recovery_service::take_over_now(const std::optional<std::string>& only) {
       if (only)
         return;
     }
+    if (!only)
+      retry_blocked();
     count_left();
   } catch (const std::exception& ex) {
     svc_.log().warn("perdure: taking over runs failed ({}); trying again "
                     "later",
                     ex.what());
   }
+}
+
+void recovery_service::retry_blocked() {
+  auto runs = svc_.stores->with([&](persistence::store& db) {
+    return db.claim_blocked(svc_.cfg.executor_id, svc_.run_filter,
+                            svc_.started_at_ms, 256);
+  });
+  if (runs.empty())
+    return;
+  svc_.log().info("perdure: executor '{}' tries again {} BLOCKED runs (a "
+                  "process started before it could not replay them)",
+                  svc_.cfg.executor_id, runs.size());
+  bring_in(std::move(runs));
 }
 
 void recovery_service::count_left() {

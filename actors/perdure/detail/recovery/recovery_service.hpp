@@ -58,6 +58,9 @@ private:
   /// their actors (passivated ones stay out of memory until due).
   void bring_in(std::vector<persistence::run_record> runs);
   void take_over_now(const std::optional<std::string>& only);
+  /// Claims runs BLOCKED by processes started before this one (its code
+  /// may be fixed) and brings them in.
+  void retry_blocked();
   void count_left();
 
   runtime_services& svc_;

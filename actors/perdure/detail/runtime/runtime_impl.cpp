@@ -186,6 +186,7 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     });
   });
   deadlines_ = std::make_unique<run_deadlines>(*timers_);
+  svc.started_at_ms = clock_->now_ms();
   svc.writer = writer_.get();
   svc.steps = steps_.get();
   svc.control = control_.get();

@@ -91,6 +91,10 @@ struct runtime_services {
 
   // -- while started (null otherwise) ------------------------------------------
 
+  /// When this runtime started (its clock, ms): its code is at least this
+  /// new. Runs BLOCKED by a process started earlier are tried again here.
+  std::int64_t started_at_ms = 0;
+
   persistence::journal_writer* writer = nullptr;
   /// Runs user step code (which may block for long).
   step_executor* steps = nullptr;

@@ -173,6 +173,14 @@ std::vector<migration> sqlite_migrations() {
        "cancel_requested_at IS NOT NULL AND saga_phase IN ('FORWARD', "
        "'DONE') AND status = 'PENDING'",
      }},
+    {11,
+     "deploys: runs BLOCKED on code that no longer replays them",
+     {
+       // When the process that blocked it started: newer ones try again.
+       "ALTER TABLE runs ADD COLUMN blocked_code_since INTEGER",
+       "CREATE INDEX runs_blocked ON runs (blocked_code_since) WHERE status "
+       "= 'BLOCKED'",
+     }},
   };
 }
 
@@ -362,6 +370,14 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "CREATE INDEX runs_cancel_signalled ON " + s
          + "runs (executor) WHERE cancel_requested_at IS NOT NULL AND "
            "saga_phase IN ('FORWARD', 'DONE') AND status = 'PENDING'",
+     }},
+    {11,
+     "deploys: runs BLOCKED on code that no longer replays them",
+     {
+       // When the process that blocked it started: newer ones try again.
+       "ALTER TABLE " + s + "runs ADD COLUMN blocked_code_since BIGINT",
+       "CREATE INDEX runs_blocked ON " + s + "runs (blocked_code_since) "
+         "WHERE status = 'BLOCKED'",
      }},
   };
 }

@@ -85,8 +85,8 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
     "($3::bigint IS NULL OR (status = 'PENDING' AND deadline = $3))"};
   c.prepare("cancel_run",
              "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM " + s
-               + "runs WHERE id = $1 AND (status = 'PENDING' OR (status = "
-                 "'ENQUEUED' AND (queue_name IS NOT NULL OR object_key IS NOT "
+               + "runs WHERE id = $1 AND (status IN ('PENDING', 'BLOCKED') OR "
+                 "(status = 'ENQUEUED' AND (queue_name IS NOT NULL OR object_key IS NOT "
                  "NULL))) AND " + at_deadline
                + " UNION SELECT r.id, "
                  "r.saga_phase FROM "
@@ -104,7 +104,8 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
                + ends + " THEN cancel_requested_at ELSE COALESCE("
                  "cancel_requested_at, $2) END, updated_at = CASE WHEN " + ends
                + " THEN $2 ELSE updated_at END WHERE id IN (SELECT id FROM "
-                 "tree) AND status IN ('PENDING', 'ENQUEUED') AND saga_phase "
+                 "tree) AND status IN ('PENDING', 'ENQUEUED', 'BLOCKED') AND "
+                 "saga_phase "
                  "IS DISTINCT FROM 'COMPENSATING' AND (id <> $1 OR "
                + at_deadline + ") RETURNING id, parent_id, status), "
                  "woken AS (UPDATE "

@@ -163,7 +163,8 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
     auto& sel = prepare(
       "WITH RECURSIVE tree(id, phase, status) AS (SELECT id, saga_phase, "
       "status FROM runs "
-      "WHERE id = ?1 AND (status = 'PENDING' OR (status = 'ENQUEUED' AND "
+      "WHERE id = ?1 AND (status IN ('PENDING', 'BLOCKED') OR (status = "
+      "'ENQUEUED' AND "
       "(queue_name IS NOT NULL OR object_key IS NOT NULL))) AND (?2 IS NULL OR (status = 'PENDING' AND "
       "deadline = ?2)) UNION SELECT r.id, r.saga_phase, r.status "
       "FROM tree t CROSS JOIN runs r WHERE r.parent_id = t.id AND r.status = "
