@@ -294,6 +294,26 @@ TEST_F(store_test, cancelling_a_child_marks_its_passivated_parent) {
   EXPECT_EQ(store_->get_run("parent")->wake_at_ms, 9000);
 }
 
+// A BLOCKED run (its code no longer replays it) is cancelled, and so is a
+// BLOCKED child of a run cancelled.
+TEST_F(store_test, cancelling_reaches_blocked_runs_and_blocked_children) {
+  fence owner{"exec-a", 1};
+  ASSERT_TRUE(store_->create_run(make_run("top")).created);
+  auto child = make_run("top.0");
+  child.parent_id = "top";
+  ASSERT_TRUE(store_->create_run(child).created);
+  ASSERT_TRUE(store_->block_run(owner, "top.0", "diverged", 1000, 2000));
+  EXPECT_FALSE(store_->block_run(owner, "top.0", "again", 1000, 2000))
+    << "fenced: its epoch moved on";
+  auto blocked = store_->get_run("top.0");
+  EXPECT_EQ(blocked->status, run_status::blocked);
+  EXPECT_EQ(blocked->error.value_or(""), "diverged");
+  store_->cancel_run("top", 3000);
+  EXPECT_EQ(store_->get_run("top")->status, run_status::cancelled);
+  EXPECT_EQ(store_->get_run("top.0")->status, run_status::cancelled)
+    << "the BLOCKED child is cancelled with its parent";
+}
+
 TEST_F(store_test, cancelling_signals_a_saga_going_forward_and_leaves_a_compensating_one) {
   fence owner{"exec-a", 1};
   auto enter = [&](const std::string& run, std::int32_t seq, const char* phase) {

@@ -91,8 +91,9 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
                + " UNION SELECT r.id, "
                  "r.saga_phase FROM "
                + s
-               + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status = "
-                 "'PENDING' AND t.phase IS DISTINCT FROM 'COMPENSATING' AND "
+               + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status IN "
+                 "('PENDING', 'BLOCKED') AND t.phase IS DISTINCT FROM "
+                 "'COMPENSATING' AND "
                  "(t.phase IS DISTINCT FROM 'FORWARD' OR r.saga_phase IS NOT "
                  "NULL)), "
                  "changed AS (UPDATE "

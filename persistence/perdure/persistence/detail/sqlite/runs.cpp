@@ -167,8 +167,8 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
       "'ENQUEUED' AND "
       "(queue_name IS NOT NULL OR object_key IS NOT NULL))) AND (?2 IS NULL OR (status = 'PENDING' AND "
       "deadline = ?2)) UNION SELECT r.id, r.saga_phase, r.status "
-      "FROM tree t CROSS JOIN runs r WHERE r.parent_id = t.id AND r.status = "
-      "'PENDING' AND t.phase IS NOT 'COMPENSATING' AND NOT (t.phase IS "
+      "FROM tree t CROSS JOIN runs r WHERE r.parent_id = t.id AND r.status IN "
+      "('PENDING', 'BLOCKED') AND t.phase IS NOT 'COMPENSATING' AND NOT (t.phase IS "
       "'FORWARD' AND r.saga_phase IS NULL)) SELECT id, "
       "COALESCE(phase, ''), status FROM tree");
     sel.bind(1, run_id);
