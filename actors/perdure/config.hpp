@@ -42,8 +42,9 @@ struct config {
   /// Recorded with every run; useful when code changes between deploys.
   std::string app_version;
   /// A run whose code no longer replays its journal (a deploy changed it
-  /// without a patch): BLOCKED (the default) or ERROR. Object invocations
-  /// end ERROR either way (blocking one would hold its key's later calls).
+  /// without a patch): BLOCKED (the default) or ERROR. Object invocations,
+  /// runs they wait for and queue items end ERROR either way (a blocked
+  /// one would hold its key's later calls, or its queue's dedup id).
   non_determinism_policy on_non_determinism = non_determinism_policy::block;
   /// How payloads are written (reading accepts both).
   persistence::encoding payload_encoding = persistence::encoding::json;

@@ -29,7 +29,7 @@ enum class run_status : std::uint8_t {
   /// A run whose code no longer replays its journal (a deploy changed it
   /// without a patch): not ended, out of every process's memory, its error
   /// saying where and how. A process started later tries it again; or
-  /// `resume` it, or cancel it.
+  /// cancel it.
   blocked,
 };
 

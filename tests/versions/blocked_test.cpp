@@ -27,12 +27,14 @@ protected:
 
   /// Leaves run `id` of "flow" as old code left it when its process died:
   /// step "old" recorded.
-  void seed_old_run(const std::string& id) {
+  void seed_old_run(const std::string& id,
+                    std::optional<std::int64_t> deadline_ms = std::nullopt) {
     persistence::run_record r;
     r.id = id;
     r.name = "flow";
     r.inputs = "";
     r.owner = {"local", 1};
+    r.deadline_ms = deadline_ms;
     ASSERT_TRUE(store_->create_run(r).created);
     persistence::append_write w;
     w.owner = {"local", 1};
@@ -122,6 +124,37 @@ TEST_F(blocked_test, a_blocked_run_can_be_cancelled) {
   h.cancel();
   EXPECT_EQ(h.status(), run_status::cancelled);
   EXPECT_THROW(h.get(5s), perdure::error);
+}
+
+// A review found these: when_done took BLOCKED for an end (and its
+// callback then waited for ever on the callbacks' one thread), and a
+// deadline passing while a run is BLOCKED did nothing.
+TEST_F(blocked_test, a_blocked_run_is_no_end_for_when_done_and_its_deadline_cancels_it) {
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  seed_old_run("r4", now + 1500);
+  std::atomic<int> ran{0};
+  runtime rt{db_.runtime_config("local")};
+  register_changed(rt, ran);
+  rt.start();
+  auto h = rt.retrieve_workflow<int>("r4");
+  std::atomic<int> called{0};
+  std::atomic<bool> saw_blocked{false};
+  h.when_done([&](const workflow_handle<int>& done) {
+    saw_blocked = done.status() == run_status::blocked;
+    ++called;
+  });
+  ASSERT_TRUE(test::eventually(
+    [&] { return h.status() == run_status::blocked; }));
+  std::this_thread::sleep_for(300ms); // the callbacks' poll looks meanwhile
+  EXPECT_EQ(called.load(), 0) << "BLOCKED is not an end";
+  // Its deadline passes while it is BLOCKED: it ends CANCELLED.
+  ASSERT_TRUE(test::eventually(
+    [&] { return h.status() == run_status::cancelled; }, 10s))
+    << to_string(h.status());
+  EXPECT_TRUE(test::eventually([&] { return called.load() == 1; }));
+  EXPECT_FALSE(saw_blocked.load());
 }
 
 TEST_F(blocked_test, the_fail_policy_ends_the_run_error_as_before) {

@@ -215,6 +215,8 @@ private:
   /// Its code no longer replays its journal: sets it BLOCKED (`why`: the
   /// divergence) and leaves memory.
   void block(const std::string& why);
+  /// Whether a divergence blocks this run (see `config::on_non_determinism`).
+  bool may_block() const;
   /// Leaves memory by `write` (on the control executor; false: fenced),
   /// which is not an end: its outcome comes back as `ended`; `what` names
   /// it in the log if the store fails.

@@ -35,9 +35,7 @@ void execution::finish() {
   c.run_id = run_id_;
   c.owner = owner();
   c.at_ms = now_ms();
-  if (fatal_ && diverged_
-      && rt->cfg.on_non_determinism == non_determinism_policy::block
-      && host_->held_key().empty()) {
+  if (fatal_ && diverged_ && may_block()) {
     block(*fatal_);
     return;
   }
@@ -115,6 +113,16 @@ void execution::requeue(std::int64_t not_before_ms, std::string error) {
            });
 }
 
+bool execution::may_block() const {
+  // Not an object's invocation, nor a run one serves (calls of a key run
+  // in order: a blocked one would hold its key), nor a queue item (its
+  // dedup id and limits count only queued and running items): those end
+  // ERROR.
+  return rt->cfg.on_non_determinism == non_determinism_policy::block
+         && host_->held_key().empty() && (!call_chain || call_chain->empty())
+         && !item_;
+}
+
 void execution::block(const std::string& why) {
   blocked_ = true;
   auto version = rt->cfg.app_version.empty() ? std::string{"(no app_version)"}
@@ -122,8 +130,8 @@ void execution::block(const std::string& why) {
   auto text = why + "; met by executor '" + rt->cfg.executor_id
               + "' at app version " + version;
   rt->log().warn("perdure: run {} is BLOCKED: {}. Deploy code that replays "
-                 "its journal (guard the change with ctx.patched), then a "
-                 "process started later tries it again; or resume it, or "
+                 "its journal (keep the old steps for runs in flight), and "
+                 "a process started after this one tries it again; or "
                  "cancel it",
                  run_id_, text);
   leave_by("be set BLOCKED",

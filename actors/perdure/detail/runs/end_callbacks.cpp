@@ -57,8 +57,7 @@ end_callbacks::read_ended(const std::vector<std::string>& ids) {
     try {
       auto run = rt_.stores->with(
         [&](persistence::store& db) { return db.get_run(id); });
-      if (!run || (run->status != run_status::pending
-                   && run->status != run_status::enqueued))
+      if (!run || is_terminal(run->status))
         out.push_back(id); // ended (or gone: the callback's get() says so)
     } catch (const std::exception& ex) {
       rt_.log().warn("perdure: could not read run {} for its callback: {}",

@@ -82,7 +82,8 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
   // A deadline timer ($3) cancels only the attempt it was armed for (also
   // re-checked on the locked row: a retry may have put the item back).
   auto at_deadline = std::string{
-    "($3::bigint IS NULL OR (status = 'PENDING' AND deadline = $3))"};
+    "($3::bigint IS NULL OR (status IN ('PENDING', 'BLOCKED') AND deadline "
+    "= $3))"};
   c.prepare("cancel_run",
              "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM " + s
                + "runs WHERE id = $1 AND (status IN ('PENDING', 'BLOCKED') OR "

@@ -165,7 +165,7 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
       "status FROM runs "
       "WHERE id = ?1 AND (status IN ('PENDING', 'BLOCKED') OR (status = "
       "'ENQUEUED' AND "
-      "(queue_name IS NOT NULL OR object_key IS NOT NULL))) AND (?2 IS NULL OR (status = 'PENDING' AND "
+      "(queue_name IS NOT NULL OR object_key IS NOT NULL))) AND (?2 IS NULL OR (status IN ('PENDING', 'BLOCKED') AND "
       "deadline = ?2)) UNION SELECT r.id, r.saga_phase, r.status "
       "FROM tree t CROSS JOIN runs r WHERE r.parent_id = t.id AND r.status IN "
       "('PENDING', 'BLOCKED') AND t.phase IS NOT 'COMPENSATING' AND NOT (t.phase IS "
