@@ -13,6 +13,7 @@
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/runtime/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
+#include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/text.hpp"
 
 namespace perdure {
@@ -194,6 +195,38 @@ std::string client::start_run(std::string_view name, std::string inputs,
 
 void client::cancel(const std::string& id) {
   detail::cancel_run(*impl_, id);
+}
+
+void client::resume(const std::string& id, resume_options opts) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  std::optional<std::string_view> version;
+  if (opts.app_version)
+    version = *opts.app_version;
+  auto out = rt.svc.stores->with([&](persistence::store& db) {
+    return db.resume_run(id, version, rt.svc.clock->now_ms());
+  });
+  if (!out.was)
+    throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  if (!out.resumed)
+    throw error(errc::invalid_argument,
+                "run '" + id + "' is " + std::string{to_string(*out.was)}
+                  + ": only runs that ended ERROR, CANCELLED or "
+                    "RETRIES_EXCEEDED, or are BLOCKED, can be resumed (a "
+                    "queue item's dead letter is requeued; an object "
+                    "invocation is called again)");
+  rt.log().info("perdure: run {} resumed from {} ({} failed journal entries "
+                "dropped)",
+                id, to_string(*out.was), out.dropped);
+  try {
+    rt.svc.stores->with([&](persistence::store& db) {
+      db.notify(persistence::notice::created(id));
+    });
+  } catch (const std::exception& ex) {
+    // Stored anyway: runtimes adopt it at their next takeover pass.
+    rt.log().warn("perdure: could not announce resumed run {}: {}", id,
+                  ex.what());
+  }
 }
 
 namespace {

@@ -36,6 +36,13 @@ struct call_options {
   std::string idempotency_key{};
 };
 
+/// How `client::resume` puts a run back to work.
+struct resume_options {
+  /// Re-stamps the run with this app version (processes of that version
+  /// claim it); unset: it keeps its own.
+  std::optional<std::string> app_version;
+};
+
 /// Starts, signals, watches and lists workflow runs without running any:
 /// for processes that only hand work to the runtimes sharing the database
 /// (web handlers, approvers, CLIs). A client runs no actors, recovers
@@ -86,6 +93,16 @@ public:
   /// finishes, but its result is not recorded). A run that already ended is
   /// left as it is. Throws `not_found` for an unknown id.
   void cancel(const std::string& id);
+
+  /// Puts run `id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or BLOCKED,
+  /// back to work under the same id, e.g. once a bug is fixed: its failed
+  /// tail is dropped (the step that failed runs again; what completed
+  /// before is replayed, not run again), its end cleared, and a runtime
+  /// that can run it adopts it; a handle's `get()` then waits for its new
+  /// end. Throws `not_found` for an unknown id and `invalid_argument` for a
+  /// run in another status, a queue item (requeue its dead letter) or an
+  /// object invocation.
+  void resume(const std::string& id, resume_options opts = {});
 
   /// Returns one page of runs matching `filter`, newest first (id, name,
   /// status, executor, times, error). Throws `invalid_argument` for a bad

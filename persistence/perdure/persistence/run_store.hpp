@@ -68,6 +68,24 @@ public:
                          std::int64_t at_ms)
     = 0;
 
+  /// Puts run `run_id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or
+  /// BLOCKED, back to work under the same id: PENDING with no owner (any
+  /// runtime that can run it adopts it), its end cleared, its recovery count
+  /// reset, the failed tail of its journal dropped (the trailing entries
+  /// that failed: that step runs again), its app version set to
+  /// `app_version` if given. Queue items and object invocations are not
+  /// resumed here. Returns the status it had (nullopt: no such run);
+  /// `resumed` says whether it went back to work.
+  struct resume_outcome {
+    std::optional<run_status> was;
+    bool resumed = false;
+    std::int64_t dropped = 0; ///< journal entries dropped
+  };
+  virtual resume_outcome resume_run(std::string_view run_id,
+                                    std::optional<std::string_view> app_version,
+                                    std::int64_t at_ms)
+    = 0;
+
   /// Claims for `executor` the BLOCKED runs `filter` lets it run that were
   /// blocked by a process started before `code_since_ms` (this one's code
   /// may be newer), at most `limit`: PENDING again under a new epoch,

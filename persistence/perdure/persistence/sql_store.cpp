@@ -112,6 +112,45 @@ sql_store::claim_pending_runs(std::string_view executor,
   return runs;
 }
 
+run_store::resume_outcome
+sql_store::resume_run(std::string_view run_id,
+                      std::optional<std::string_view> app_version,
+                      std::int64_t at_ms) {
+  static const sql_query resume{
+    "resume_run",
+    "UPDATE {s}runs SET status = 'PENDING', executor = '', epoch = epoch + "
+    "1, error = NULL, output = NULL, recovery_attempts = 0, wake_at = NULL, "
+    "cancel_requested_at = NULL, deadline = NULL, blocked_code_since = NULL, "
+    "app_version = COALESCE($3, app_version), updated_at = $2 WHERE id = $1 "
+    "AND status IN ('ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'BLOCKED') AND "
+    "queue_name IS NULL AND object_type IS NULL"};
+  // The failed tail: entries after the last one that did not fail.
+  static const sql_query drop_tail{
+    "drop_failed_tail",
+    "DELETE FROM {s}journal WHERE run_id = $1 AND seq > COALESCE((SELECT "
+    "max(seq) FROM {s}journal WHERE run_id = $1 AND outcome NOT IN (1, 2)), "
+    "-1)"};
+  static const sql_query status{"run_status",
+                                "SELECT status FROM {s}runs WHERE id = $1"};
+  resume_outcome out;
+  write([&](sql_tx& tx) {
+    out = resume_outcome{};
+    auto was = tx.first(status, {run_id},
+                        [](const sql_row& r) { return r.text(0); });
+    if (!was)
+      return;
+    out.was = parse_run_status(*was);
+    std::optional<std::string> version;
+    if (app_version)
+      version = std::string{*app_version};
+    if (tx.run(resume, {run_id, at_ms, detail::or_null(version)}) != 1)
+      return;
+    out.resumed = true;
+    out.dropped = tx.run(drop_tail, {run_id});
+  });
+  return out;
+}
+
 bool sql_store::block_run(const fence& owner, std::string_view run_id,
                           std::string_view why, std::int64_t code_since_ms,
                           std::int64_t at_ms) {

@@ -47,6 +47,9 @@ public:
                                              std::int64_t now_ms) override;
   std::int64_t release_unclaimable(std::string_view executor,
                                    const claim_filter& filter) override;
+  resume_outcome resume_run(std::string_view run_id,
+                            std::optional<std::string_view> app_version,
+                            std::int64_t at_ms) override;
   bool block_run(const fence& owner, std::string_view run_id,
                  std::string_view why, std::int64_t code_since_ms,
                  std::int64_t at_ms) override;

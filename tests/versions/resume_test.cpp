@@ -1,0 +1,95 @@
+// Resume: a run that ended ERROR or CANCELLED goes back to work under its
+// id once the bug is fixed; what completed is replayed, not run again.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "perdure/perdure.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+class resume_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+  }
+
+  /// "pay": step "reserve" (counted), then step "charge", which fails for
+  /// good until `fixed_`.
+  void register_pay(runtime& rt) {
+    rt.register_workflow("pay", [this](workflow_context& ctx) -> task<int> {
+      auto r = co_await ctx.step("reserve", [this] { return ++reserved_; });
+      auto c = co_await ctx.step("charge", [this] {
+        ++charged_;
+        if (!fixed_)
+          throw terminal_error("card service rejected the call (the bug)");
+        return 10;
+      });
+      co_return r + c;
+    });
+  }
+
+  test::database db_;
+  std::atomic<int> reserved_{0}, charged_{0};
+  std::atomic<bool> fixed_{false};
+};
+
+TEST_F(resume_test, a_failed_run_resumes_under_its_id_and_replays_what_completed) {
+  runtime rt{db_.runtime_config("local")};
+  register_pay(rt);
+  rt.start();
+  auto h = rt.start_workflow<int>("pay");
+  EXPECT_THROW(h.get(10s), perdure::error);
+  ASSERT_EQ(h.status(), run_status::error);
+  fixed_ = true;
+  // From a client process, as an operator would.
+  client operator_client{db_.runtime_config("ops")};
+  operator_client.resume(h.id());
+  EXPECT_EQ(h.get(10s), 11);
+  EXPECT_EQ(h.status(), run_status::success);
+  EXPECT_EQ(reserved_.load(), 1) << "a completed step is replayed, not run";
+  EXPECT_EQ(charged_.load(), 2) << "the failed step runs again";
+  for (auto& s : rt.history(h.id()))
+    EXPECT_TRUE(s.error.empty()) << "the failed tail was dropped: " << s.name;
+}
+
+TEST_F(resume_test, a_cancelled_run_resumes_and_only_ended_runs_can) {
+  runtime rt{db_.runtime_config("local")};
+  rt.register_workflow("wait", [](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.recv<int>("go");
+  });
+  register_pay(rt);
+  rt.start();
+  auto h = rt.start_workflow<int>("wait", {.id = "w1"});
+  std::this_thread::sleep_for(100ms); // waiting now
+  h.cancel();
+  ASSERT_EQ(h.status(), run_status::cancelled);
+  rt.resume("w1");
+  EXPECT_TRUE(test::eventually(
+    [&] { return h.status() == run_status::pending; }));
+  try {
+    rt.resume("w1");
+    FAIL() << "a PENDING run was resumed";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::invalid_argument);
+    EXPECT_NE(std::string{ex.what()}.find("is PENDING"), std::string::npos)
+      << ex.what();
+  }
+  try {
+    rt.resume("nobody");
+    FAIL();
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::not_found);
+  }
+  rt.send("w1", "go", 5);
+  EXPECT_EQ(h.get(10s), 5);
+}
+
+} // namespace
