@@ -95,9 +95,10 @@ public:
   void cancel(const std::string& id);
 
   /// Puts run `id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or BLOCKED,
-  /// back to work under the same id, e.g. once a bug is fixed: its failed
-  /// tail is dropped (the step that failed runs again; what completed
-  /// before is replayed, not run again), its end cleared, and a runtime
+  /// back to work under the same id, e.g. once a bug is fixed: its journal
+  /// is cut at the last step that failed (that step and what followed it
+  /// run again; what completed before is replayed, not run again), its end
+  /// cleared, and a runtime
   /// that can run it adopts it; a handle's `get()` then waits for its new
   /// end. Throws `not_found` for an unknown id and `invalid_argument` for a
   /// run in another status, a queue item (requeue its dead letter) or an

@@ -314,6 +314,28 @@ TEST_F(store_test, cancelling_reaches_blocked_runs_and_blocked_children) {
     << "the BLOCKED child is cancelled with its parent";
 }
 
+// A review found this: resuming a BLOCKED saga that was asked to cancel
+// cleared the request (it went forward, its cancel lost).
+TEST_F(store_test, resuming_a_blocked_saga_keeps_its_cancel_request) {
+  fence owner{"exec-a", 1};
+  ASSERT_TRUE(store_->create_run(make_run("saga")).created);
+  ASSERT_TRUE(store_->record_phase(owner,
+                                   {.run_id = "saga", .seq = 0,
+                                    .kind = entry_kind::phase, .name = "saga"},
+                                   saga_phase::forward));
+  ASSERT_TRUE(store_->block_run(owner, "saga", "diverged", 1000, 2000));
+  auto signalled = store_->cancel_run("saga", 3000);
+  ASSERT_EQ(signalled.size(), 1u);
+  EXPECT_TRUE(signalled[0].signalled);
+  EXPECT_EQ(store_->get_run("saga")->status, run_status::blocked);
+  auto out = store_->resume_run("saga", std::nullopt, 4000);
+  EXPECT_TRUE(out.resumed);
+  auto run = store_->get_run("saga");
+  EXPECT_EQ(run->status, run_status::pending);
+  EXPECT_TRUE(run->cancel_requested) << "it compensates once it runs";
+  EXPECT_EQ(store_->load_journals({"saga"}).size(), 1u) << "nothing failed";
+}
+
 TEST_F(store_test, cancelling_signals_a_saga_going_forward_and_leaves_a_compensating_one) {
   fence owner{"exec-a", 1};
   auto enter = [&](const std::string& run, std::int32_t seq, const char* phase) {

@@ -60,6 +60,33 @@ TEST_F(resume_test, a_failed_run_resumes_under_its_id_and_replays_what_completed
     EXPECT_TRUE(s.error.empty()) << "the failed tail was dropped: " << s.name;
 }
 
+// A review found this: code that publishes a status before rethrowing left
+// a success last, so "after the last success" dropped nothing and the
+// resumed run failed again on its recorded failure.
+TEST_F(resume_test, a_failure_caught_and_rethrown_after_more_work_is_resumed) {
+  runtime rt{db_.runtime_config("local")};
+  rt.register_workflow("careful", [this](workflow_context& ctx) -> task<int> {
+    try {
+      co_return co_await ctx.step("charge", [this] {
+        ++charged_;
+        if (!fixed_)
+          throw terminal_error("card service rejected the call (the bug)");
+        return 3;
+      });
+    } catch (const terminal_error&) {
+    }
+    co_await ctx.set_event("status", std::string{"failed"});
+    throw terminal_error("charging failed");
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("careful");
+  EXPECT_THROW(h.get(10s), perdure::error);
+  fixed_ = true;
+  rt.resume(h.id());
+  EXPECT_EQ(h.get(10s), 3);
+  EXPECT_EQ(charged_.load(), 2);
+}
+
 TEST_F(resume_test, a_cancelled_run_resumes_and_only_ended_runs_can) {
   runtime rt{db_.runtime_config("local")};
   rt.register_workflow("wait", [](workflow_context& ctx) -> task<int> {
@@ -72,8 +99,7 @@ TEST_F(resume_test, a_cancelled_run_resumes_and_only_ended_runs_can) {
   h.cancel();
   ASSERT_EQ(h.status(), run_status::cancelled);
   rt.resume("w1");
-  EXPECT_TRUE(test::eventually(
-    [&] { return h.status() == run_status::pending; }));
+  EXPECT_EQ(h.status(), run_status::pending);
   try {
     rt.resume("w1");
     FAIL() << "a PENDING run was resumed";

@@ -71,8 +71,9 @@ public:
   /// Puts run `run_id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or
   /// BLOCKED, back to work under the same id: PENDING with no owner (any
   /// runtime that can run it adopts it), its end cleared, its recovery count
-  /// reset, the failed tail of its journal dropped (the trailing entries
-  /// that failed: that step runs again), its app version set to
+  /// reset (a cancelled run's request and deadline too; a BLOCKED run keeps
+  /// them), the failed tail of its journal dropped (from the last entry that
+  /// failed on: that step runs again), its app version set to
   /// `app_version` if given. Queue items and object invocations are not
   /// resumed here. Returns the status it had (nullopt: no such run);
   /// `resumed` says whether it went back to work.

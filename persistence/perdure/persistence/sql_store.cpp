@@ -120,16 +120,18 @@ sql_store::resume_run(std::string_view run_id,
     "resume_run",
     "UPDATE {s}runs SET status = 'PENDING', executor = '', epoch = epoch + "
     "1, error = NULL, output = NULL, recovery_attempts = 0, wake_at = NULL, "
-    "cancel_requested_at = NULL, deadline = NULL, blocked_code_since = NULL, "
+    "cancel_requested_at = CASE WHEN status = 'CANCELLED' THEN NULL ELSE "
+    "cancel_requested_at END, deadline = CASE WHEN status = 'CANCELLED' THEN "
+    "NULL ELSE deadline END, blocked_code_since = NULL, "
     "app_version = COALESCE($3, app_version), updated_at = $2 WHERE id = $1 "
     "AND status IN ('ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'BLOCKED') AND "
     "queue_name IS NULL AND object_type IS NULL"};
-  // The failed tail: entries after the last one that did not fail.
+  // The failed tail: from the last entry that failed on (what came after
+  // it, e.g. a status published before rethrowing, runs again too).
   static const sql_query drop_tail{
     "drop_failed_tail",
-    "DELETE FROM {s}journal WHERE run_id = $1 AND seq > COALESCE((SELECT "
-    "max(seq) FROM {s}journal WHERE run_id = $1 AND outcome NOT IN (1, 2)), "
-    "-1)"};
+    "DELETE FROM {s}journal WHERE run_id = $1 AND seq >= (SELECT max(seq) "
+    "FROM {s}journal WHERE run_id = $1 AND outcome IN (1, 2))"};
   static const sql_query status{"run_status",
                                 "SELECT status FROM {s}runs WHERE id = $1"};
   resume_outcome out;
