@@ -98,6 +98,10 @@ TEST_F(resume_test, a_cancelled_run_resumes_and_only_ended_runs_can) {
   std::this_thread::sleep_for(100ms); // waiting now
   h.cancel();
   ASSERT_EQ(h.status(), run_status::cancelled);
+  // Known race, not fixed yet (docs/architecture.md "Resume"): the cancel
+  // notice reaching this process after the resume can stop the new actor
+  // (the registry cancels by id, not by epoch). Let it land first.
+  std::this_thread::sleep_for(300ms);
   rt.resume("w1");
   EXPECT_EQ(h.status(), run_status::pending);
   try {
