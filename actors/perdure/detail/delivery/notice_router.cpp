@@ -5,6 +5,7 @@
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/recovery/recovery_service.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
 #include "perdure/detail/runs/deadlines.hpp"
 #include "perdure/detail/runs/run_launcher.hpp"
 #include "perdure/detail/runs/run_registry.hpp"
@@ -134,11 +135,32 @@ void notice_router::tell_parent(const std::string& id) {
 }
 
 void notice_router::cancelled(const std::string& id) {
-  if (svc_.runs->cancel(id))
-    return; // the actor stops and reports the end itself
-  // Passivated (or owned elsewhere): nothing to stop; tell the waiters.
-  svc_.run_stopped(id, run_outcome{run_status::cancelled, std::nullopt,
-                                   std::string{"cancelled"}});
+  // A notice may come late, after the run was resumed: a new life at a
+  // newer epoch that the cancel is not about. The row says which life it
+  // ended (cancel_run keeps the epoch); if it cannot be read, stop the
+  // actor anyway (its next durable operation would find the end).
+  if (svc_.runs->is_active(id)) {
+    std::optional<persistence::run_record> run;
+    try {
+      run = svc_.stores->with(
+        [&](persistence::store& db) { return db.get_run(id); });
+    } catch (const std::exception& ex) {
+      svc_.log().warn("perdure: could not read cancelled run {}: {}", id,
+                      ex.what());
+    }
+    if (run && run->status != run_status::cancelled)
+      return; // resumed since: not its cancel
+    std::optional<std::int64_t> up_to;
+    if (run && run->object_type.empty()) // an invocation runs at its key's
+      up_to = run->owner.epoch;
+    if (svc_.runs->cancel(id, up_to))
+      return; // the actor stops and reports the end itself
+  }
+  // Passivated (or owned elsewhere): nothing to stop; its queue slot goes
+  // and its waiters read the store (not told "cancelled": it may have been
+  // resumed since).
+  svc_.queue_item_released(id);
+  svc_.ends->tell(id, std::nullopt);
 }
 
 void notice_router::cancel_signalled(const std::string& id) {

@@ -289,9 +289,12 @@ void execution::resume_recorded() {
 
 void execution::on_cancel(bool ended) {
   if (ended) {
+    // The canceller committed the end; waiters read it from the store, not
+    // from here (the run may be resumed before this actor stops).
     rt->log().info("perdure: run {} cancelled", run_id_);
-    stop(run_outcome{run_status::cancelled, std::nullopt,
-                     std::string{"cancelled"}});
+    rt->queue_item_released(run_id_);
+    wake_parent();
+    stop(std::nullopt);
     return;
   }
   if (saga_phase_ == persistence::saga_phase::compensating) {

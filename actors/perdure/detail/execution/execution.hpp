@@ -438,6 +438,8 @@ private:
   void on_ended(std::int32_t ack);
 
   void stop(std::optional<run_outcome> outcome);
+  /// Tells a parent (here or in another process) that this run ended.
+  void wake_parent();
 
   /// Quits, unless a body still runs: then once its reply arrives (the
   /// frame it may touch must outlive it).

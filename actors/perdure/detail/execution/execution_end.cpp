@@ -193,12 +193,17 @@ std::int64_t execution::passivate_after_ms() const {
 void execution::stop(std::optional<run_outcome> outcome) {
   auto ended = outcome.has_value();
   rt->run_stopped(run_id_, std::move(outcome), epoch);
-  if (ended && parent_id) {
-    rt->launcher->wake(*parent_id, -1); // a parent may be waiting for this end
-    // In another process (a call's caller):
-    rt->notices->announce(persistence::notice::woken(*parent_id));
-  }
+  if (ended)
+    wake_parent();
   leave();
+}
+
+void execution::wake_parent() {
+  if (!parent_id)
+    return;
+  rt->launcher->wake(*parent_id, -1); // a parent may be waiting for this end
+  // In another process (a call's caller):
+  rt->notices->announce(persistence::notice::woken(*parent_id));
 }
 
 void execution::leave() {

@@ -37,18 +37,20 @@ void completion_watchers::stop_callbacks() {
 
 void completion_watchers::tell(const std::string& id,
                                std::optional<run_outcome> outcome) {
-  if (outcome) {
+  {
     std::lock_guard guard{callbacks_mtx_};
     if (callbacks_)
-      callbacks_->ended(id);
+      callbacks_->ended(id); // it reads the store: any stop may be an end
   }
   std::lock_guard guard{mtx_};
   auto i = watchers_.find(id);
   if (i == watchers_.end())
     return;
   ++i->second.stops;
-  if (outcome)
+  if (outcome) {
     i->second.outcome = std::move(outcome);
+    i->second.outcome_at = i->second.stops;
+  }
   i->second.ended.notify_all(); // under the lock: unwatch may erase it
 }
 
@@ -75,10 +77,11 @@ completion_watchers::wait_ended(const std::string& id,
                                 std::uint64_t stops) {
   std::unique_lock guard{mtx_};
   auto& w = watchers_[id];
-  w.ended.wait_for(guard, timeout, [&] {
-    return w.outcome.has_value() || w.stops != stops;
-  });
-  return w.outcome;
+  // A tell with an outcome counts a stop too.
+  w.ended.wait_for(guard, timeout, [&] { return w.stops != stops; });
+  if (w.outcome_at > stops)
+    return w.outcome;
+  return std::nullopt;
 }
 
 } // namespace perdure::detail

@@ -37,7 +37,7 @@ public:
   void stop_callbacks();
 
   /// Tells the waiters for `id` that its actor stopped, and how it ended
-  /// (`outcome`, if it did).
+  /// (`outcome`, if it did). Callbacks of `id` read the store then.
   void tell(const std::string& id, std::optional<run_outcome> outcome);
 
   /// Registers interest in the end of `id` before the caller reads the
@@ -52,7 +52,8 @@ public:
   /// Waits for the in-process end of run `id` (up to `timeout`), or for
   /// its actor to stop after the caller saw stop count `stops`. Returns
   /// nothing on timeout or a stop without an end: the caller re-reads the
-  /// store then.
+  /// store then. An end told before `stops` is not returned: the run may
+  /// have been resumed since (the caller read the store after it).
   std::optional<run_outcome> wait_ended(const std::string& id,
                                         std::chrono::milliseconds timeout,
                                         std::uint64_t stops);
@@ -62,6 +63,7 @@ private:
     int count = 0;
     std::optional<run_outcome> outcome;
     std::uint64_t stops = 0;
+    std::uint64_t outcome_at = 0; ///< `stops` once `outcome` was told
     std::condition_variable ended;
   };
 

@@ -33,7 +33,7 @@ public:
   /// Calls `done` on this service's thread once run `id` ended.
   void add(const std::string& id, std::function<void()> done);
 
-  /// Run `id` ended here.
+  /// Run `id` may have ended here (its actor stopped): read it now.
   void ended(const std::string& id);
 
   /// Returns whether the caller is this service's thread (a callback).

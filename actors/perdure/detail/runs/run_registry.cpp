@@ -210,11 +210,14 @@ bool run_registry::finish_passivation(const std::string& id,
   return true;
 }
 
-bool run_registry::cancel(const std::string& id) {
+bool run_registry::cancel(const std::string& id,
+                          std::optional<std::int64_t> up_to_epoch) {
   std::lock_guard guard{mtx_};
   auto i = active_.find(id);
   if (i == active_.end())
     return false;
+  if (up_to_epoch && i->second.epoch > *up_to_epoch)
+    return true; // a newer life: it reads its own row
   // The actor stops and reports the end itself.
   if (i->second.exec == queued_exec)
     cancel_queued(i->second.actor, id); // an invocation not started

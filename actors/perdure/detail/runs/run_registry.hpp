@@ -141,7 +141,10 @@ public:
                           std::uint64_t seen);
 
   /// Stops run `id`'s actor (cancelled): returns false if it has none.
-  bool cancel(const std::string& id);
+  /// `up_to_epoch`: only an actor claimed at that epoch or before (a run
+  /// resumed since runs at a newer one, and the cancel is not its).
+  bool cancel(const std::string& id,
+              std::optional<std::int64_t> up_to_epoch = std::nullopt);
   /// Signals saga `id` to cancel: its actor, or once its revival under
   /// way is done. Returns false if neither (revive it then).
   bool signal_cancel(const std::string& id);
