@@ -215,18 +215,11 @@ void client::resume(const std::string& id, resume_options opts) {
                     "RETRIES_EXCEEDED, or are BLOCKED, can be resumed (a "
                     "queue item's dead letter is requeued; an object "
                     "invocation is called again)");
+  // Its transaction told the runtimes (run_created): one that can run it
+  // adopts it.
   rt.log().info("perdure: run {} resumed from {} ({} failed journal entries "
                 "dropped)",
                 id, to_string(*out.was), out.dropped);
-  try {
-    rt.svc.stores->with([&](persistence::store& db) {
-      db.notify(persistence::notice::created(id));
-    });
-  } catch (const std::exception& ex) {
-    // Stored anyway: runtimes adopt it at their next takeover pass.
-    rt.log().warn("perdure: could not announce resumed run {}: {}", id,
-                  ex.what());
-  }
 }
 
 namespace {

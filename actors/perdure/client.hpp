@@ -95,12 +95,15 @@ public:
   void cancel(const std::string& id);
 
   /// Puts run `id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or BLOCKED,
-  /// back to work under the same id, e.g. once a bug is fixed: its journal
-  /// is cut at the last step that failed (that step and what followed it
-  /// run again; what completed before is replayed, not run again), its end
-  /// cleared, and a runtime
-  /// that can run it adopts it; a handle's `get()` then waits for its new
-  /// end. Throws `not_found` for an unknown id and `invalid_argument` for a
+  /// back to work under the same id, e.g. once a bug is fixed: its end is
+  /// cleared, and a runtime that can run it adopts it, replaying its
+  /// journal on the code it runs now; a handle's `get()` then waits for its
+  /// new end. A run that ended ERROR forgets from the last step (or
+  /// transaction) that failed on: that step and what followed it run again,
+  /// but a transaction that committed is taken as recorded, not committed
+  /// twice; a saga that compensated after that failure ends as it did. A
+  /// cancelled, RETRIES_EXCEEDED or BLOCKED run keeps its whole journal. A
+  /// deadline that passed is dropped. Throws `not_found` for an unknown id and `invalid_argument` for a
   /// run in another status, a queue item (requeue its dead letter) or an
   /// object invocation.
   void resume(const std::string& id, resume_options opts = {});

@@ -92,8 +92,7 @@ void check_call(detail::runtime_impl& rt, std::string_view type,
 /// A client process (no executor): stores the call ENQUEUED and tells the
 /// runtimes its key has news.
 void store_for_runtimes(detail::runtime_impl& rt,
-                        const persistence::run_record& call) {
-  auto run = call;
+                        persistence::run_record& run) {
   run.status = run_status::enqueued;
   auto stored = rt.svc.stores->with(
     [&](persistence::store& db) { return db.create_run(run); });

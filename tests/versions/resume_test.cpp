@@ -87,6 +87,65 @@ TEST_F(resume_test, a_failure_caught_and_rethrown_after_more_work_is_resumed) {
   EXPECT_EQ(charged_.load(), 2);
 }
 
+// A review found these two: the cut fell on any run's last failure, so a
+// cancelled run re-ran the steps after a failure it had caught, and a
+// transaction that committed after the failure committed again.
+TEST_F(resume_test, a_cancelled_run_keeps_a_failure_it_caught) {
+  runtime rt{db_.runtime_config("local")};
+  rt.register_workflow("patient", [this](workflow_context& ctx) -> task<int> {
+    try {
+      co_await ctx.step("charge", [this]() -> int {
+        ++charged_;
+        throw terminal_error("declined");
+      });
+    } catch (const terminal_error&) {
+    }
+    co_await ctx.step("reserve", [this] { return ++reserved_; });
+    co_return co_await ctx.recv<int>("go");
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("patient");
+  for (int i = 0; i < 200 && reserved_.load() == 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  h.cancel();
+  rt.resume(h.id());
+  rt.send(h.id(), "go", 7);
+  EXPECT_EQ(h.get(10s), 7);
+  EXPECT_EQ(charged_.load(), 1) << "a caught failure stays caught";
+  EXPECT_EQ(reserved_.load(), 1) << "a completed step is replayed, not run";
+}
+
+TEST_F(resume_test, a_transaction_committed_after_the_failure_is_not_committed_again) {
+  runtime rt{db_.runtime_config("local")};
+  std::atomic<int> logged{0};
+  rt.register_workflow("ledger", [&](workflow_context& ctx) -> task<int> {
+    int c = 0;
+    try {
+      c = co_await ctx.step("charge", [this] {
+        ++charged_;
+        if (!fixed_)
+          throw terminal_error("card service rejected the call (the bug)");
+        return 3;
+      });
+    } catch (const terminal_error&) {
+    }
+    co_await ctx.transaction("log", [&](sql_session&) { return ++logged; });
+    if (c == 0)
+      throw terminal_error("charging failed");
+    co_return c;
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("ledger");
+  EXPECT_THROW(h.get(10s), perdure::error);
+  ASSERT_EQ(logged.load(), 1);
+  fixed_ = true;
+  rt.resume(h.id());
+  EXPECT_EQ(h.get(10s), 3);
+  EXPECT_EQ(charged_.load(), 2) << "the failed step runs again";
+  EXPECT_EQ(logged.load(), 1) << "the committed transaction is taken as "
+                                 "recorded";
+}
+
 TEST_F(resume_test, a_cancelled_run_resumes_and_only_ended_runs_can) {
   runtime rt{db_.runtime_config("local")};
   rt.register_workflow("wait", [](workflow_context& ctx) -> task<int> {

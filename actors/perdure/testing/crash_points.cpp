@@ -74,8 +74,7 @@ seen finish(runtime& rt, std::chrono::milliseconds timeout) {
     try {
       auto slice = clock ? std::chrono::milliseconds{2} : timeout;
       auto out = perdure::detail::client_access::await(rt, run_id, slice);
-      if (out.status != run_status::pending
-          && out.status != run_status::enqueued)
+      if (is_terminal(out.status))
         return {out.status, out.output, out.error, true};
     } catch (const error& ex) {
       if (ex.code() != errc::timeout)

@@ -71,9 +71,11 @@ public:
   /// Puts run `run_id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or
   /// BLOCKED, back to work under the same id: PENDING with no owner (any
   /// runtime that can run it adopts it), its end cleared, its recovery count
-  /// reset (a cancelled run's request and deadline too; a BLOCKED run keeps
-  /// them), the failed tail of its journal dropped (from the last entry that
-  /// failed on: that step runs again), its app version set to
+  /// reset (a cancelled run's request and deadline too, and a deadline that
+  /// passed), an ERROR run's failed tail forgotten (from the last step or
+  /// transaction that failed, after any saga phase, on: an attempt marker
+  /// as a queue item's retry writes, committed transactions kept), the
+  /// runtimes told (run_created, on commit), its app version set to
   /// `app_version` if given. Queue items and object invocations are not
   /// resumed here. Returns the status it had (nullopt: no such run);
   /// `resumed` says whether it went back to work.

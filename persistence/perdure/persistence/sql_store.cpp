@@ -4,10 +4,12 @@
 #include <tuple>
 
 #include "perdure/persistence/detail/pg_array.hpp"
+#include "perdure/persistence/detail/queue_choice.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/sql/rows.hpp"
 #include "perdure/persistence/detail/sql/sql_tx.hpp"
+#include "perdure/persistence/notice.hpp"
 
 namespace perdure::persistence {
 
@@ -116,22 +118,37 @@ run_store::resume_outcome
 sql_store::resume_run(std::string_view run_id,
                       std::optional<std::string_view> app_version,
                       std::int64_t at_ms) {
+  // A deadline that passed is dropped (it would cancel the run at once);
+  // a cancelled run's request and deadline are spent.
   static const sql_query resume{
     "resume_run",
     "UPDATE {s}runs SET status = 'PENDING', executor = '', epoch = epoch + "
     "1, error = NULL, output = NULL, recovery_attempts = 0, wake_at = NULL, "
     "cancel_requested_at = CASE WHEN status = 'CANCELLED' THEN NULL ELSE "
-    "cancel_requested_at END, deadline = CASE WHEN status = 'CANCELLED' THEN "
-    "NULL ELSE deadline END, blocked_code_since = NULL, "
+    "cancel_requested_at END, deadline = CASE WHEN status = 'CANCELLED' OR "
+    "deadline <= $2 THEN NULL ELSE deadline END, blocked_code_since = NULL, "
     "app_version = COALESCE($3, app_version), updated_at = $2 WHERE id = $1 "
     "AND status IN ('ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'BLOCKED') AND "
     "queue_name IS NULL AND object_type IS NULL"};
-  // The failed tail: from the last entry that failed on (what came after
-  // it, e.g. a status published before rethrowing, runs again too).
-  static const sql_query drop_tail{
-    "drop_failed_tail",
-    "DELETE FROM {s}journal WHERE run_id = $1 AND seq >= (SELECT max(seq) "
-    "FROM {s}journal WHERE run_id = $1 AND outcome IN (1, 2))"};
+  // What failed it: the last step or transaction that failed, unless a
+  // saga phase came after it (a compensated saga ends as it did).
+  static const sql_query failed_at{
+    "resume_cut",
+    "SELECT max(seq) FROM {s}journal WHERE run_id = $1 AND kind IN ('step', "
+    "'transaction') AND outcome IN (1, 2) AND seq > (SELECT COALESCE(max(seq), "
+    "-1) FROM {s}journal WHERE run_id = $1 AND kind = 'phase' AND name <> "
+    "'attempt')"};
+  // From there on the run forgets, as a queue item's new attempt does
+  // (committed transactions are kept and taken by name, not run again).
+  static const sql_query marker_pg{
+    "resume_marker",
+    detail::new_attempt_marker("{s}journal", "$1::text", "$2", true, "$3")};
+  static const sql_query marker_lite{
+    "resume_marker",
+    detail::new_attempt_marker("{s}journal", "$1", "$2", false, "$3")};
+  static const sql_query forget{
+    "resume_forget",
+    detail::forgotten_by_new_attempt("{s}journal", "$1::text", "$2")};
   static const sql_query status{"run_status",
                                 "SELECT status FROM {s}runs WHERE id = $1"};
   resume_outcome out;
@@ -148,7 +165,21 @@ sql_store::resume_run(std::string_view run_id,
     if (tx.run(resume, {run_id, at_ms, detail::or_null(version)}) != 1)
       return;
     out.resumed = true;
-    out.dropped = tx.run(drop_tail, {run_id});
+    // Only an ERROR was a failure escaping; any other end keeps its
+    // journal whole (a failure caught before a cancel stays caught).
+    std::optional<std::int64_t> cut;
+    if (out.was == run_status::error)
+      tx.run(failed_at, {run_id}, [&](const sql_row& r) {
+        if (!r.is_null(0))
+          cut = r.int64(0);
+      });
+    if (cut) {
+      tx.run(tx.dialect() == detail::sql_dialect::postgresql ? marker_pg
+                                                             : marker_lite,
+             {run_id, at_ms, *cut});
+      out.dropped = tx.run(forget, {run_id, *cut});
+    }
+    tx.notify(notice::created(std::string{run_id}).encode());
   });
   return out;
 }

@@ -125,8 +125,7 @@ void execution::init(execution_host& host, mailbox box, runtime_services& r,
     start_info{std::move(run.name), std::move(run.inputs)});
   encoding_ = rt->cfg.payload_encoding;
   max_payload_ = rt->cfg.max_payload_bytes;
-  if (item_)
-    load_attempts(journal);
+  load_attempts(journal); // a queue item's retries, a resumed run
   for (auto& e : journal) {
     if (e.outcome == persistence::outcome::unreadable && !fatal_)
       fatal_ = std::make_unique<std::string>(e.error); // ends it ERROR
@@ -207,7 +206,8 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
   if (cancel_observable() && !find_recorded(op->seq)
       && !(op->kind == persistence::entry_kind::phase
            && op->payload == persistence::saga_phase::compensating)) {
-    if (op->kind == persistence::entry_kind::sleep)
+    if (op->kind == persistence::entry_kind::sleep
+        && saga_phase_ != persistence::saga_phase::done)
       op->due_ms = now_ms(); // recorded, due now: the next one observes
     else
       return cancel_operation();
@@ -310,7 +310,7 @@ void execution::on_cancel(bool ended) {
 bool execution::cancel_observable() const {
   // A saga whose body returned (DONE) keeps its effects; at the next
   // durable operation of the code after it (or at once while it waits) the
-  // run ends CANCELLED, as an ordinary run does (see on_outcome); if
+  // run ends CANCELLED, as an ordinary run does (see on_durable); if
   // nothing follows, it ends as its code returned.
   return cancel_requested_
          && (saga_phase_ == persistence::saga_phase::forward

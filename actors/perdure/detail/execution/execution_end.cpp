@@ -163,11 +163,10 @@ void execution::leave_by(const char* what,
 
 void execution::on_ended(std::int32_t ack) {
   if (blocked_) {
-    // Not an end: a waiting handle goes on waiting.
-    if (write_committed(ack, "its BLOCKED status")) {
-      rt->queue_item_released(run_id_);
+    // Not an end: a waiting handle goes on waiting (queue items do not
+    // block: see may_block).
+    if (write_committed(ack, "its BLOCKED status"))
       stop(std::nullopt);
-    }
     return;
   }
   if (requeued_) {

@@ -112,8 +112,10 @@ std::string first_forgotten(const std::string& journal, const std::string& run) 
 
 std::string new_attempt_marker(const std::string& journal,
                                const std::string& run, const std::string& now,
-                               bool pg) {
-  auto cut = "CAST(" + first_forgotten(journal, run) + " AS TEXT)";
+                               bool pg, const std::string& from) {
+  auto cut = "CAST("
+             + (from.empty() ? first_forgotten(journal, run) : from)
+             + " AS TEXT)";
   return "INSERT INTO " + journal
          + " (run_id, seq, kind, name, outcome, payload, error, created_at) "
            "SELECT "
@@ -123,9 +125,10 @@ std::string new_attempt_marker(const std::string& journal,
 }
 
 std::string forgotten_by_new_attempt(const std::string& journal,
-                                     const std::string& run) {
+                                     const std::string& run,
+                                     const std::string& from) {
   return "DELETE FROM " + journal + " WHERE run_id = " + run + " AND seq >= "
-         + first_forgotten(journal, run)
+         + (from.empty() ? first_forgotten(journal, run) : from)
          + " AND NOT (kind = 'transaction' AND outcome = 0) AND NOT (kind = "
            "'phase' AND name = 'attempt')";
 }

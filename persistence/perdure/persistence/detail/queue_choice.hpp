@@ -89,11 +89,14 @@ void count_throttled(queue_stats& c);
 /// - what the attempt forgets: the entries from that index on, but for the
 ///   transactional steps that committed (a later attempt takes their
 ///   result by name instead of committing again) and earlier markers.
-/// `pg`: PostgreSQL's spelling of a payload (bytea) from text.
+/// `pg`: PostgreSQL's spelling of a payload (bytea) from text. `cut`: an
+/// SQL expression of the first index forgotten, if not the first failure
+/// (a resume: the last one).
 std::string new_attempt_marker(const std::string& journal,
                                const std::string& run, const std::string& now,
-                               bool pg);
+                               bool pg, const std::string& cut = {});
 std::string forgotten_by_new_attempt(const std::string& journal,
-                                     const std::string& run);
+                                     const std::string& run,
+                                     const std::string& cut = {});
 
 } // namespace perdure::persistence::detail
