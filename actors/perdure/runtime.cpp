@@ -20,7 +20,10 @@ runtime::~runtime() {
 }
 
 void runtime::add_workflow(std::string name, detail::workflow_entry entry) {
-  detail::check_name("workflow name", name);
+  detail::check_key("workflow name", name); // its patches are listed after
+                                            // it and 0x1E in claim filters
+  for (auto& patch : entry.patches)
+    detail::check_key("patch id", patch);
   if (impl_->running())
     throw error(errc::invalid_argument,
                 "register workflow '" + name + "' before start()");

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "perdure/client.hpp"
 #include "perdure/config.hpp"
@@ -9,6 +10,16 @@
 #include "perdure/object_builder.hpp"
 
 namespace perdure {
+
+/// How a workflow is registered (`runtime::register_workflow`).
+struct workflow_options {
+  /// The patches its code asks about (`workflow_context::patched` and
+  /// `deprecated_patch`). A `patched` of a patch not listed throws; a
+  /// process claims (recovers, takes over, retries when BLOCKED) only runs
+  /// of this workflow whose patches are all listed, so a process of older
+  /// code never runs a run that newer code took past a patch.
+  std::vector<std::string> patches;
+};
 
 /// Owns everything that runs durable code in this process: the CAF actor
 /// system (one actor per run), the step executor, the group-commit journal
@@ -33,8 +44,10 @@ public:
   /// identifiers: runs in the store refer to them, and a process claims
   /// (recovers, takes over) only runs of workflows it registered.
   template <class F>
-  void register_workflow(std::string name, F fn) {
-    add_workflow(std::move(name), detail::make_workflow_entry(std::move(fn)));
+  void register_workflow(std::string name, F fn, workflow_options opts = {}) {
+    auto entry = detail::make_workflow_entry(std::move(fn));
+    entry.patches = std::move(opts.patches);
+    add_workflow(std::move(name), std::move(entry));
   }
 
   /// Registers virtual object type `type`, whose keys each hold a `State`

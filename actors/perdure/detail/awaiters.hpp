@@ -70,6 +70,26 @@ std::string encode_result(const T& x, const run_core& core) {
   return bytes;
 }
 
+/// What is known at once (a patch decision): awaited like the durable
+/// operations around it, it never suspends.
+template <class T>
+class [[nodiscard]] ready_awaiter {
+public:
+  explicit ready_awaiter(T value) : value_(std::move(value)) {
+  }
+  bool await_ready() const noexcept {
+    return true;
+  }
+  void await_suspend(std::coroutine_handle<>) const noexcept {
+  }
+  T await_resume() {
+    return std::move(value_);
+  }
+
+private:
+  T value_;
+};
+
 /// `co_await`ing a durable operation: ready at once when replaying,
 /// otherwise suspended until the actor has made the outcome durable.
 template <class T>

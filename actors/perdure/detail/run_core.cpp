@@ -24,6 +24,38 @@ bool run_core::replaying(std::int32_t seq, persistence::entry_kind kind,
   return true;
 }
 
+bool run_core::patched(const std::string& name) {
+  if (!declares_patch(name))
+    throw perdure::error(
+      errc::invalid_argument,
+      "patch '" + name + "' is not declared for this workflow: list it in "
+        "workflow_options::patches where the workflow is registered (a "
+        "process claims only runs whose patches it declares)");
+  auto at = peek_seq();
+  for (auto& [patch, before] : patches_)
+    if (patch == name && before == at)
+      return true;
+  if (find_recorded(at))
+    return false; // passed here under code without the patch
+  patches_.emplace_back(name, at);
+  persistence::journal_entry e;
+  e.seq = -static_cast<std::int32_t>(patches_.size());
+  e.kind = persistence::entry_kind::patch;
+  e.name = name;
+  e.payload = std::to_string(at);
+  record_patch(std::move(e));
+  return true;
+}
+
+void run_core::took_patch(persistence::journal_entry e) {
+  try {
+    patches_.emplace_back(std::move(e.name), std::stoi(e.payload));
+  } catch (const std::exception&) {
+    fatal_ = std::make_unique<std::string>(
+      "malformed patch marker at journal index " + std::to_string(e.seq));
+  }
+}
+
 wait_outcome wait_outcome::decode(const persistence::journal_entry& e) {
   wait_outcome w;
   w.result = e.outcome;

@@ -148,8 +148,20 @@ public:
     return i == recorded_->end() ? nullptr : &i->second;
   }
 
+  /// Returns whether the code takes patch `name` here: a run that took it
+  /// here before, or reaches this point for the first time (then it is
+  /// recorded, riding the next durable operation's commit), does; a run
+  /// whose journal has another operation here passed it under code without
+  /// the patch and does not. Throws `invalid_argument` for a patch its
+  /// workflow did not declare.
+  bool patched(const std::string& name);
+
   /// Records the outcome `e` (replay material, or what just became durable).
   void record_outcome(persistence::journal_entry e) {
+    if (e.kind == persistence::entry_kind::patch) {
+      took_patch(std::move(e));
+      return;
+    }
     if (!recorded_)
       recorded_ = std::make_unique<journal_map>();
     auto seq = e.seq;
@@ -206,6 +218,17 @@ public:
   }
 
 protected:
+  /// Whether the run's workflow declared patch `name` at registration.
+  virtual bool declares_patch(const std::string& name) const = 0;
+  /// Writes patch marker `e` without waiting for it: the writer commits
+  /// it with (or before) the next durable operation.
+  virtual void record_patch(persistence::journal_entry e) = 0;
+  /// Notes a patch marker read from the journal.
+  void took_patch(persistence::journal_entry e);
+
+  /// The patches the run took: the patch, and the index of the operation
+  /// it came before. Few (a vector).
+  std::vector<std::pair<std::string, std::int32_t>> patches_;
   std::string run_id_;
   std::int32_t next_seq_ = 0;
   /// Allocated only while there is something recorded: most of a sleeping

@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "perdure/persistence/codec.hpp"
 #include "perdure/task.hpp"
@@ -41,6 +42,8 @@ struct workflow_entry {
   std::function<std::unique_ptr<run_driver>(workflow_context&, std::string,
                                             persistence::encoding)>
     start;
+  /// The patches its code asks about (`workflow_options::patches`).
+  std::vector<std::string> patches;
 };
 
 template <class Signature>

@@ -7,6 +7,21 @@
 
 namespace perdure::persistence {
 
+bool claim_filter::admits(const std::string& name, const std::string& version,
+                          std::string_view patches) const {
+  if (!admits(name, version))
+    return false;
+  while (!patches.empty()) {
+    auto end = patches.find('\x1f');
+    auto known = name + '\x1e' + std::string{patches.substr(0, end)};
+    if (std::find(names.begin(), names.end(), known) == names.end())
+      return false;
+    patches.remove_prefix(end == std::string_view::npos ? patches.size()
+                                                        : end + 1);
+  }
+  return true;
+}
+
 bool object_claim_filter::admits(std::string_view type,
                                  std::string_view handler,
                                  std::string_view version) const {
@@ -32,6 +47,7 @@ const char* to_string(entry_kind x) noexcept {
     case entry_kind::send: return "send";
     case entry_kind::resolve: return "resolve";
     case entry_kind::phase: return "phase";
+    case entry_kind::patch: return "patch";
   }
   return "unknown";
 }
@@ -59,6 +75,8 @@ std::optional<entry_kind> parse_entry_kind(const std::string& str) noexcept {
     return entry_kind::resolve;
   if (str == "phase")
     return entry_kind::phase;
+  if (str == "patch")
+    return entry_kind::patch;
   return std::nullopt;
 }
 
@@ -109,8 +127,9 @@ journal_entry read_journal_row(std::string run_id, std::int64_t seq,
     defect = row() + " has an unknown kind '" + kind + "'";
   else if (stored_outcome < 0 || stored_outcome > 2)
     defect = row() + " has an unknown outcome " + std::to_string(stored_outcome);
-  else if (seq < 0 || seq > INT32_MAX)
-    defect = row() + " has an index out of range";
+  else if ((seq < 0) != (parsed == entry_kind::patch) || seq > INT32_MAX
+           || seq < INT32_MIN)
+    defect = row() + " has an index out of range"; // patches: negative
   if (parsed) {
     e.kind = *parsed;
     if (defect.empty() && stored_outcome == 0) {

@@ -33,6 +33,9 @@ struct fence {
 /// workflows it registered, recorded with no app version or with its own.
 /// A run it cannot run stays PENDING for a process that can.
 struct claim_filter {
+  /// The workflows it registered; and for each patch its code declares,
+  /// the workflow's name, '\x1e', the patch (a run that took a patch
+  /// not listed is left to a process that knows it).
   std::vector<std::string> names;
   std::string app_version;
 
@@ -42,6 +45,10 @@ struct claim_filter {
     return (version.empty() || version == app_version)
            && std::find(names.begin(), names.end(), name) != names.end();
   }
+
+  /// `admits`, for a run that took `patches` (each followed by '\x1f').
+  bool admits(const std::string& name, const std::string& version,
+              std::string_view patches) const;
 };
 
 /// Which invocations of virtual objects a process may run: those of a
@@ -253,6 +260,10 @@ enum class entry_kind : std::uint8_t {
   resolve,
   /// A saga's phase entered; the payload is the phase (`saga_phase`).
   phase,
+  /// A patch the run took (`workflow_context::patched`); the name is the
+  /// patch, the payload the index of the operation it came before. Kept
+  /// apart from the operations: negative indexes (-1, -2, ...).
+  patch,
 };
 
 /// Returns the stored spelling of `x`.

@@ -68,6 +68,12 @@ public:
                          std::int64_t at_ms)
     = 0;
 
+  /// Gives run `run_id`, owned by `owner`, up to a process that can run it
+  /// (it took a patch this one's code does not know): PENDING with no
+  /// owner, its epoch moved on, the runtimes told (run_created, on
+  /// commit). Returns false if fenced.
+  virtual bool release_run(const fence& owner, std::string_view run_id) = 0;
+
   /// Puts run `run_id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or
   /// BLOCKED, back to work under the same id: PENDING with no owner (any
   /// runtime that can run it adopts it), its end cleared, its recovery count

@@ -50,9 +50,12 @@ std::string claimable(detail::sql_dialect d, const std::string& names = "$2",
                       const std::string& version = "$3") {
   if (d == detail::sql_dialect::postgresql)
     return detail::claimable(names, version);
-  return "instr(" + names + ", char(31) || name || char(31)) > 0 AND "
-         "(app_version = '' OR app_version = " + version
-         + ") AND object_type IS NULL";
+  return "instr(" + names + ", char(31) || runs.name || char(31)) > 0 AND "
+         "(runs.app_version = '' OR runs.app_version = " + version
+         + ") AND runs.object_type IS NULL AND NOT EXISTS (SELECT 1 FROM "
+           "journal pj WHERE pj.run_id = runs.id AND pj.seq < 0 AND pj.kind "
+           "= 'patch' AND instr(" + names + ", char(31) || runs.name || "
+           "char(30) || pj.name || char(31)) = 0)";
 }
 
 /// The names of `f` as `claimable`'s `$2` on `d`.
@@ -182,6 +185,21 @@ sql_store::resume_run(std::string_view run_id,
     tx.notify(notice::created(std::string{run_id}).encode());
   });
   return out;
+}
+
+bool sql_store::release_run(const fence& owner, std::string_view run_id) {
+  static const sql_query q{
+    "release_run",
+    "UPDATE {s}runs SET executor = '', epoch = epoch + 1, wake_at = NULL "
+    "WHERE id = $1 AND executor = $2 AND epoch = $3 AND status = 'PENDING'"};
+  bool released = false;
+  write([&](sql_tx& tx) {
+    released = tx.run(q, {run_id, std::string_view{owner.executor},
+                          owner.epoch}) == 1;
+    if (released)
+      tx.notify(notice::created(std::string{run_id}).encode());
+  });
+  return released;
 }
 
 bool sql_store::block_run(const fence& owner, std::string_view run_id,

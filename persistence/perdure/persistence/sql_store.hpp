@@ -50,6 +50,7 @@ public:
   resume_outcome resume_run(std::string_view run_id,
                             std::optional<std::string_view> app_version,
                             std::int64_t at_ms) override;
+  bool release_run(const fence& owner, std::string_view run_id) override;
   bool block_run(const fence& owner, std::string_view run_id,
                  std::string_view why, std::int64_t code_since_ms,
                  std::int64_t at_ms) override;

@@ -263,6 +263,8 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
       waiting_since = now_ms();
       check_delivery();
       return;
+    case persistence::entry_kind::patch:
+      break; // not an operation: see run_core::patched
   }
 }
 
@@ -278,6 +280,30 @@ void execution::record(persistence::journal_entry e) {
   e.created_at_ms = detail::now_ms();
   checkpoint(*rt->writer, mailbox_, owner(),
              std::move(e));
+}
+
+bool execution::declares_patch(const std::string& name) const {
+  if (!workflow_)
+    return false;
+  auto& known = workflow_->patches;
+  return std::find(known.begin(), known.end(), name) != known.end();
+}
+
+void execution::record_patch(persistence::journal_entry e) {
+  // No reply awaited: the writer commits in order, so the patch is durable
+  // no later than the operation after it (and if neither is, the next
+  // attempt decides again from the same journal).
+  e.run_id = run_id_;
+  e.created_at_ms = detail::now_ms();
+  rt->writer->append({owner(), std::move(e)},
+                     [](const persistence::write_result&) {}, false);
+}
+
+const std::string* execution::unknown_patch() const {
+  for (auto& [patch, before] : patches_)
+    if (!declares_patch(patch))
+      return &patch;
+  return nullptr;
 }
 
 void execution::resume_recorded() {
@@ -510,6 +536,11 @@ void execution::start_code() {
                                            + "'");
     abandoned = true;
     finish();
+    return;
+  }
+  workflow_ = &i->second;
+  if (auto* patch = unknown_patch(); patch && !item_) {
+    release(*patch);
     return;
   }
   ctx.emplace(*this);

@@ -158,6 +158,8 @@ public:
   std::int64_t now_ms() const override;
 
   void phase_entered(const std::string& phase) override;
+  bool declares_patch(const std::string& name) const override;
+  void record_patch(persistence::journal_entry e) override;
 
 private:
   /// Takes the turn on a step thread and handles `m`, the committed
@@ -212,6 +214,16 @@ private:
   bool requeued_ = false;
   /// Set BLOCKED instead of ending (see `block`).
   bool blocked_ = false;
+  /// Given up to a process that knows a patch it took (see `release`).
+  bool released_ = false;
+  /// The workflow's registration, once its code started (null for an
+  /// object's handler).
+  const workflow_entry* workflow_ = nullptr;
+  /// Returns a patch the run took that its workflow does not declare
+  /// (this process runs older code), or null.
+  const std::string* unknown_patch() const;
+  /// Gives the run up to a process that knows its patches and leaves.
+  void release(const std::string& patch);
   /// Its code no longer replays its journal: sets it BLOCKED (`why`: the
   /// divergence) and leaves memory.
   void block(const std::string& why);

@@ -142,6 +142,17 @@ void execution::block(const std::string& why) {
            });
 }
 
+void execution::release(const std::string& patch) {
+  released_ = true;
+  rt->log().info("perdure: run {} took patch '{}', which this process's "
+                 "code does not declare: left to a process that does",
+                 run_id_, patch);
+  leave_by("be given up", [fence = owner(), id = run_id_](
+                            persistence::store& db) {
+    return db.release_run(fence, id);
+  });
+}
+
 void execution::leave_by(const char* what,
                          std::function<bool(persistence::store&)> write) {
   auto me = mailbox_;
@@ -162,10 +173,10 @@ void execution::leave_by(const char* what,
 }
 
 void execution::on_ended(std::int32_t ack) {
-  if (blocked_) {
+  if (blocked_ || released_) {
     // Not an end: a waiting handle goes on waiting (queue items do not
     // block: see may_block).
-    if (write_committed(ack, "its BLOCKED status"))
+    if (write_committed(ack, blocked_ ? "its BLOCKED status" : "its release"))
       stop(std::nullopt);
     return;
   }

@@ -87,8 +87,11 @@ persistence::store_options runtime_impl::store_options() const {
 
 void runtime_impl::build_filters() {
   run_filter_.names.clear();
-  for (auto& [name, entry] : workflows)
+  for (auto& [name, entry] : workflows) {
     run_filter_.names.push_back(name);
+    for (auto& patch : entry.patches) // see claim_filter
+      run_filter_.names.push_back(name + '\x1e' + patch);
+  }
   run_filter_.app_version = cfg.app_version;
   object_filter_.types.clear();
   for (auto& [type, entry] : object_types) {

@@ -139,7 +139,8 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
                + "runs SET epoch = epoch + $7, wake_at = NULL, recovery_attempts "
                  "= recovery_attempts + $3 WHERE id = $1 AND executor = $2 AND "
                  "status = 'PENDING' AND ($7 = 1 OR wake_at IS NOT NULL) AND "
-               + claimable("$4", "$5") + " AND " + holds_lease(s, "$2", "$6")
+               + claimable("$4", "$5", "runs", s) + " AND "
+               + holds_lease(s, "$2", "$6")
                + " RETURNING " + run_columns);
 }
 
@@ -301,7 +302,7 @@ void postgres_store::prepare_executors(connection& c,
     "WITH gone AS (SELECT id FROM " + s
       + "executors WHERE state <> 'live' FOR SHARE), cand AS (SELECT r.id FROM "
       + s + "runs r WHERE r.status = 'PENDING' AND " + orphaned + " AND "
-      + claimable("$2", "$3")
+      + claimable("$2", "$3", "r", s)
       + " AND ($4::text IS NULL OR r.id = $4)), share AS (SELECT CASE WHEN "
         "$4::text IS NOT NULL THEN 1 ELSE GREATEST(1, ceil((SELECT count(*) "
         "FROM cand)::numeric / GREATEST(1, (SELECT count(*) FROM "

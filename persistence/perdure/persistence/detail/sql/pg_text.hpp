@@ -19,12 +19,20 @@ inline std::string holds_lease(const std::string& s,
 }
 
 /// The condition that a run's workflow is one of `names` (a text[]
-/// parameter) and its app version none or `version` (see `claim_filter`);
-/// no invocations.
+/// parameter), its app version none or `version`, and every patch it took
+/// one `names` lists as its workflow's (see `claim_filter`); no
+/// invocations. `runs`: how the statement names the runs table (an alias,
+/// or `runs`), `s` the schema prefix.
 inline std::string claimable(const std::string& names,
-                             const std::string& version) {
-  return "name = ANY(" + names + "::text[]) AND (app_version = '' OR "
-         "app_version = " + version + ") AND object_type IS NULL";
+                             const std::string& version,
+                             const std::string& runs = "runs",
+                             const std::string& s = "{s}") {
+  return runs + ".name = ANY(" + names + "::text[]) AND (" + runs
+         + ".app_version = '' OR " + runs + ".app_version = " + version
+         + ") AND " + runs + ".object_type IS NULL AND NOT EXISTS (SELECT 1 "
+         "FROM " + s + "journal pj WHERE pj.run_id = " + runs + ".id AND "
+         "pj.seq < 0 AND pj.kind = 'patch' AND NOT (" + runs
+         + ".name || chr(30) || pj.name = ANY(" + names + "::text[])))";
 }
 
 /// The database's clock in ms since the epoch, as PostgreSQL SQL.

@@ -19,6 +19,16 @@
 
 namespace perdure::persistence {
 
+namespace {
+
+/// The patches a run took, each followed by '\x1f' (see
+/// `claim_filter::admits`).
+constexpr const char* patches_taken
+  = "COALESCE((SELECT group_concat(pj.name || char(31), '') FROM journal pj "
+    "WHERE pj.run_id = runs.id AND pj.seq < 0 AND pj.kind = 'patch'), '')";
+
+} // namespace
+
 using detail::run_columns;
 using namespace detail::sqlite;
 
@@ -129,11 +139,13 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
                                                   bool new_epoch) {
   return in_transaction([&]() -> std::optional<run_record> {
     // Keeping its epoch, only a passivated run (its wake-up time written).
-    auto& sel = prepare("SELECT name, app_version FROM runs WHERE id = ?1 AND "
+    auto& sel = prepare("SELECT name, app_version, " + std::string{patches_taken}
+                        + " FROM runs WHERE id = ?1 AND "
                         "executor = ?2 AND status = 'PENDING' AND object_type "
                         "IS NULL AND (?3 = 1 OR wake_at IS NOT NULL)");
     sel.bind(1, id).bind(2, executor).bind(3, std::int64_t{new_epoch ? 1 : 0});
-    auto ok = sel.step() && filter.admits(sel.text(0), sel.text(1));
+    auto ok = sel.step()
+              && filter.admits(sel.text(0), sel.text(1), sel.text(2));
     sel.reset();
     if (!ok)
       return std::nullopt;
@@ -216,12 +228,14 @@ sqlite_store::claim_where(const std::string& which, std::string_view arg,
   std::vector<std::string> ids;
   // `+created_at`: sorted after the PENDING runs are found by runs_pending
   // (ordering by runs_created walks every run ever made).
-  auto& sel = prepare("SELECT id, name, app_version FROM runs WHERE status = "
+  auto& sel = prepare("SELECT id, name, app_version, "
+                      + std::string{patches_taken}
+                      + " FROM runs WHERE status = "
                       "'PENDING' AND object_type IS NULL AND " + which
                       + " ORDER BY +created_at, id");
   sel.bind(1, arg);
   while (sel.step())
-    if (filter.admits(sel.text(1), sel.text(2)))
+    if (filter.admits(sel.text(1), sel.text(2), sel.text(3)))
       ids.push_back(sel.text(0));
   sel.reset();
   std::vector<run_record> result;
