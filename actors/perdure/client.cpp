@@ -222,6 +222,44 @@ void client::resume(const std::string& id, resume_options opts) {
                 id, to_string(*out.was), out.dropped);
 }
 
+std::string client::fork(const std::string& id, fork_options opts) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  auto points = (opts.from_step ? 1 : 0) + (opts.from_step_name ? 1 : 0)
+                + (opts.from_last_failure ? 1 : 0);
+  if (points > 1)
+    throw error(errc::invalid_argument,
+                "fork from one point: an index, a step name or the last "
+                "failure");
+  if (opts.id.empty())
+    opts.id = detail::random_id();
+  detail::check_key("fork id", opts.id);
+  persistence::run_store::fork_request req{
+    id, opts.id, opts.from_step, std::move(opts.from_step_name),
+    opts.from_last_failure, std::move(opts.app_version),
+    rt.svc.clock->now_ms()};
+  auto out = rt.svc.stores->with(
+    [&](persistence::store& db) { return db.fork_run(req); });
+  using result = persistence::run_store::fork_outcome::result;
+  switch (out.what) {
+    case result::not_found:
+      throw error(errc::not_found, "no workflow run with id '" + id + "'");
+    case result::id_taken:
+      throw error(errc::conflicting_id,
+                  "a run with id '" + opts.id
+                    + "' exists: fork with another id, or none for a fresh one");
+    case result::refused:
+      throw error(errc::invalid_argument,
+                  "run '" + id + "' cannot be forked there: " + out.why);
+    case result::forked:
+      break;
+  }
+  rt.log().info("perdure: run {} forked from run {} at journal index {} ({} "
+                "entries copied)",
+                opts.id, id, out.from, out.copied);
+  return opts.id;
+}
+
 namespace {
 
 /// Throws `payload_too_large` if `bytes` exceed the configured limit.

@@ -43,6 +43,23 @@ struct resume_options {
   std::optional<std::string> app_version;
 };
 
+/// Where `client::fork` starts the new run. At most one of the three
+/// points; none: the whole journal is copied.
+struct fork_options {
+  /// The first journal index not copied (see `history`): the operation
+  /// there and everything after it run anew.
+  std::optional<std::int32_t> from_step;
+  /// The first step (or transaction) recorded with this name.
+  std::optional<std::string> from_step_name;
+  /// The last step (or transaction) that failed.
+  bool from_last_failure = false;
+  /// The new run's id (fresh if empty); forking again with it is refused.
+  std::string id;
+  /// The new run's app version (processes of that version claim it);
+  /// unset: the source's.
+  std::optional<std::string> app_version;
+};
+
 /// Starts, signals, watches and lists workflow runs without running any:
 /// for processes that only hand work to the runtimes sharing the database
 /// (web handlers, approvers, CLIs). A client runs no actors, recovers
@@ -107,6 +124,18 @@ public:
   /// run in another status, a queue item (requeue its dead letter) or an
   /// object invocation.
   void resume(const std::string& id, resume_options opts = {});
+
+  /// Starts a new run of run `id`'s workflow and inputs whose journal is
+  /// `id`'s before the point `opts` names (transactional outputs and
+  /// children as recorded, patches taken before it): what came before is
+  /// replayed, not run again, and the rest runs on the code of the runtime
+  /// that adopts it. Returns the new run's id. The source is untouched, in
+  /// any status. Throws `not_found` for an unknown id, `conflicting_id` if
+  /// `opts.id` exists, and `invalid_argument` for a point outside the
+  /// journal, inside a saga's compensation, or between an awakeable, child
+  /// or call and its outcome (that outcome goes to the source), or for an
+  /// object invocation.
+  std::string fork(const std::string& id, fork_options opts = {});
 
   /// Returns one page of runs matching `filter`, newest first (id, name,
   /// status, executor, times, error). Throws `invalid_argument` for a bad

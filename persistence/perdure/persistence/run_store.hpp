@@ -74,6 +74,36 @@ public:
   /// commit). Returns false if fenced.
   virtual bool release_run(const fence& owner, std::string_view run_id) = 0;
 
+  /// Where a fork starts (see `fork_run`).
+  struct fork_request {
+    std::string source_id;
+    std::string new_id;
+    /// The first journal index not copied; or the first step (or
+    /// transaction) named so; or the last one that failed; none of the
+    /// three: the whole journal.
+    std::optional<std::int32_t> from_step;
+    std::optional<std::string> from_step_name;
+    bool from_last_failure = false;
+    std::optional<std::string> app_version;
+    std::int64_t at_ms = 0;
+  };
+  struct fork_outcome {
+    enum class result { forked, not_found, id_taken, refused };
+    result what = result::not_found;
+    std::string why;       ///< refused: why, and what to do
+    std::int32_t from = 0; ///< the first index not copied
+    std::int64_t copied = 0;
+  };
+  /// Starts run `new_id` of the source's workflow and inputs (no parent,
+  /// not in a queue), PENDING with no owner, its journal the source's
+  /// before the cut (transactional outputs and children as recorded, the
+  /// patches taken before it), its saga phase the one recorded there; the
+  /// runtimes told (run_created, on commit). Refused: an object
+  /// invocation, a cut past the journal's end, inside a saga's
+  /// compensation, or leaving an awakeable or child created before it
+  /// without its outcome (its resolution or end goes to the source).
+  virtual fork_outcome fork_run(const fork_request& req) = 0;
+
   /// Puts run `run_id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or
   /// BLOCKED, back to work under the same id: PENDING with no owner (any
   /// runtime that can run it adopts it), its end cleared, its recovery count

@@ -51,6 +51,7 @@ public:
                             std::optional<std::string_view> app_version,
                             std::int64_t at_ms) override;
   bool release_run(const fence& owner, std::string_view run_id) override;
+  fork_outcome fork_run(const fork_request& req) override;
   bool block_run(const fence& owner, std::string_view run_id,
                  std::string_view why, std::int64_t code_since_ms,
                  std::int64_t at_ms) override;

@@ -1,0 +1,170 @@
+// Forks: a new run from another's journal up to a point (run_store.hpp).
+
+#include <string>
+#include <vector>
+
+#include "perdure/persistence/detail/sql/sql_tx.hpp"
+#include "perdure/persistence/notice.hpp"
+#include "perdure/persistence/sql_store.hpp"
+
+namespace perdure::persistence {
+
+using detail::sql_query;
+using detail::sql_row;
+using detail::sql_tx;
+
+namespace {
+
+/// What a fork reads of the source's journal: every entry but payloads
+/// (a saga phase's and a patch's excepted), in order.
+struct entry_head {
+  std::int32_t seq = 0;
+  std::string kind, name, small_payload;
+  std::int64_t outcome = 0;
+};
+
+/// The index to fork from, or why not (empty `why`: fine).
+struct cut {
+  std::int32_t from = 0;
+  std::string why;
+};
+
+cut choose_cut(const run_store::fork_request& req,
+               const std::vector<entry_head>& journal) {
+  std::int32_t end = 0;
+  for (auto& e : journal)
+    if (e.seq >= 0)
+      end = e.seq + 1;
+  auto op = [](const entry_head& e) {
+    return e.seq >= 0 && (e.kind == "step" || e.kind == "transaction");
+  };
+  if (req.from_step) {
+    if (*req.from_step < 0 || *req.from_step > end)
+      return {0, "index " + std::to_string(*req.from_step)
+                   + " is outside its journal (indexes 0 to "
+                   + std::to_string(end) + "): see its history"};
+    return {*req.from_step, {}};
+  }
+  if (req.from_step_name) {
+    for (auto& e : journal)
+      if (op(e) && e.name == *req.from_step_name)
+        return {e.seq, {}};
+    return {0, "it recorded no step named '" + *req.from_step_name
+                 + "': see its history"};
+  }
+  if (req.from_last_failure) {
+    std::optional<std::int32_t> last;
+    for (auto& e : journal)
+      if (op(e) && e.outcome != 0)
+        last = e.seq;
+    if (!last)
+      return {0, "it recorded no failed step: fork from an index or a step "
+                 "name"};
+    return {*last, {}};
+  }
+  return {end, {}};
+}
+
+/// Why the journal cannot be cut at `from`, if it cannot.
+std::string cut_refusal(const std::vector<entry_head>& journal,
+                        std::int32_t from) {
+  // An awakeable, child or call whose outcome comes after the cut: the
+  // fork would wait for what is delivered to the source.
+  std::optional<std::int32_t> open;
+  for (auto& e : journal) {
+    if (e.seq < 0 || e.seq >= from)
+      continue;
+    if (e.kind == "phase" && e.name == "saga"
+        && e.small_payload == "COMPENSATING")
+      return "index " + std::to_string(from)
+             + " is inside its saga's compensation, which began at index "
+             + std::to_string(e.seq) + ": fork from there or before";
+    if (e.kind == "awakeable" || e.kind == "child")
+      open = e.seq;
+    else if (e.kind == "await")
+      open.reset();
+  }
+  if (open)
+    return "the operation at index " + std::to_string(*open)
+           + " (an awakeable, child or call) has its outcome after index "
+           + std::to_string(from) + ", and it would go to the source: fork "
+           + "from index " + std::to_string(*open) + " or after its outcome";
+  return {};
+}
+
+} // namespace
+
+run_store::fork_outcome sql_store::fork_run(const fork_request& req) {
+  static const sql_query source{
+    "fork_source",
+    "SELECT CASE WHEN object_type IS NULL THEN 0 ELSE 1 END FROM {s}runs "
+    "WHERE id = $1"};
+  static const sql_query heads{
+    "fork_heads",
+    "SELECT seq, kind, name, outcome, CASE WHEN kind IN ('phase', 'patch') "
+    "THEN payload END FROM {s}journal WHERE run_id = $1 ORDER BY seq"};
+  static const sql_query create{
+    "fork_create",
+    "INSERT INTO {s}runs (id, name, status, inputs, executor, epoch, "
+    "app_version, created_at, updated_at, saga_phase) SELECT $2, name, "
+    "'PENDING', inputs, '', 0, COALESCE($3, app_version), $4, $4, $5 FROM "
+    "{s}runs WHERE id = $1 ON CONFLICT (id) DO NOTHING"};
+  static const sql_query copy{
+    "fork_copy",
+    "INSERT INTO {s}journal (run_id, seq, kind, name, outcome, payload, "
+    "error, created_at) SELECT $2, seq, kind, name, outcome, payload, error, "
+    "created_at FROM {s}journal WHERE run_id = $1 AND seq >= $3 AND seq < $4"};
+  fork_outcome out;
+  write([&](sql_tx& tx) {
+    out = fork_outcome{};
+    auto invocation = tx.first(source, {std::string_view{req.source_id}},
+                               [](const sql_row& r) { return r.int64(0); });
+    if (!invocation)
+      return;
+    out.what = fork_outcome::result::refused;
+    if (*invocation) {
+      out.why = "it is an object invocation: call the object again";
+      return;
+    }
+    std::vector<entry_head> journal;
+    tx.run(heads, {std::string_view{req.source_id}}, [&](const sql_row& r) {
+      journal.push_back({static_cast<std::int32_t>(r.int64(0)), r.text(1),
+                         r.text(2), r.is_null(4) ? std::string{} : r.bytes(4),
+                         r.int64(3)});
+    });
+    auto at = choose_cut(req, journal);
+    if (at.why.empty())
+      at.why = cut_refusal(journal, at.from);
+    if (!at.why.empty()) {
+      out.why = std::move(at.why);
+      return;
+    }
+    // The saga phase at the cut, and the patches taken before it (taken
+    // in order, so the markers to copy are -1 down to -k).
+    std::optional<std::string> phase;
+    std::int32_t lowest = 0;
+    for (auto& e : journal) {
+      if (e.seq >= 0 && e.seq < at.from && e.kind == "phase"
+          && e.name == "saga")
+        phase = e.small_payload;
+      if (e.kind == "patch" && std::atoi(e.small_payload.c_str()) < at.from)
+        lowest = std::min(lowest, e.seq);
+    }
+    std::optional<std::string> version = req.app_version;
+    if (tx.run(create, {std::string_view{req.source_id},
+                        std::string_view{req.new_id}, detail::or_null(version),
+                        req.at_ms, detail::or_null(phase)})
+        != 1) {
+      out.what = fork_outcome::result::id_taken;
+      return;
+    }
+    out.copied = tx.run(copy, {std::string_view{req.source_id},
+                               std::string_view{req.new_id}, lowest, at.from});
+    out.from = at.from;
+    out.what = fork_outcome::result::forked;
+    tx.notify(notice::created(req.new_id).encode());
+  });
+  return out;
+}
+
+} // namespace perdure::persistence

@@ -1,0 +1,153 @@
+// Fork: a new run from another's journal up to a point; what came before
+// is replayed, the rest runs on today's code; the source is untouched.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+
+#include "perdure/perdure.hpp"
+#include "perdure/persistence/store.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+class fork_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+    store_ = persistence::open_store(db_.store_options());
+    store_->migrate();
+  }
+
+  /// "abc": steps a, b, c, each counted; c fails until `fixed_`.
+  void register_abc(runtime& rt) {
+    rt.register_workflow("abc", [this](workflow_context& ctx) -> task<int> {
+      auto a = co_await ctx.step("a", [this] { return ++a_; });
+      auto b = co_await ctx.step("b", [this] { return ++b_; });
+      auto c = co_await ctx.step("c", [this] {
+        ++c_;
+        if (!fixed_)
+          throw terminal_error("c failed (the bug)");
+        return 100;
+      });
+      co_return a + b + c;
+    });
+  }
+
+  /// Appends `e` to run `id`'s journal as owner ("local", 1).
+  void append(const std::string& id, persistence::journal_entry e) {
+    persistence::append_write w;
+    w.owner = {"local", 1};
+    e.run_id = id;
+    w.entry = std::move(e);
+    ASSERT_TRUE(store_->write_batch({.appends = {w}, .completions = {}})
+                  .appends.at(0));
+  }
+
+  void seed(const std::string& id) {
+    persistence::run_record r;
+    r.id = id;
+    r.name = "abc";
+    r.owner = {"local", 1};
+    ASSERT_TRUE(store_->create_run(r).created);
+  }
+
+  test::database db_;
+  std::unique_ptr<persistence::store> store_;
+  std::atomic<int> a_{0}, b_{0}, c_{0};
+  std::atomic<bool> fixed_{false};
+};
+
+TEST_F(fork_test, a_failed_run_forked_at_its_failure_runs_only_the_rest) {
+  runtime rt{db_.runtime_config("local")};
+  register_abc(rt);
+  rt.start();
+  auto h = rt.start_workflow<int>("abc");
+  EXPECT_THROW(h.get(10s), perdure::error);
+  fixed_ = true;
+  client ops{db_.runtime_config("ops")};
+  auto id = ops.fork(h.id(), {.from_last_failure = true, .id = "again"});
+  EXPECT_EQ(id, "again");
+  EXPECT_EQ(rt.retrieve_workflow<int>(id).get(10s), 102);
+  EXPECT_EQ(a_.load(), 1);
+  EXPECT_EQ(b_.load(), 1);
+  EXPECT_EQ(c_.load(), 2);
+  EXPECT_EQ(h.status(), run_status::error) << "the source is untouched";
+}
+
+TEST_F(fork_test, a_fork_starts_at_an_index_or_a_step_name_and_refuses_clearly) {
+  fixed_ = true;
+  runtime rt{db_.runtime_config("local")};
+  register_abc(rt);
+  rt.start();
+  auto h = rt.start_workflow<int>("abc");
+  EXPECT_EQ(h.get(10s), 102);
+  EXPECT_EQ(rt.retrieve_workflow<int>(rt.fork(h.id(), {.from_step_name = "b"}))
+              .get(10s),
+            1 + 2 + 100);
+  EXPECT_EQ(a_.load(), 1);
+  EXPECT_EQ(b_.load(), 2);
+  EXPECT_EQ(rt.retrieve_workflow<int>(rt.fork(h.id(), {.from_step = 0}))
+              .get(10s),
+            2 + 3 + 100);
+  EXPECT_EQ(a_.load(), 2);
+  // The whole journal: it replays to its end, nothing runs.
+  EXPECT_EQ(rt.retrieve_workflow<int>(rt.fork(h.id())).get(10s), 102);
+  EXPECT_EQ(c_.load(), 3);
+  auto refused = [&](fork_options o, errc code, const char* says) {
+    try {
+      rt.fork(h.id(), o);
+      ADD_FAILURE() << "forked: " << says;
+    } catch (const perdure::error& ex) {
+      EXPECT_EQ(ex.code(), code) << ex.what();
+      EXPECT_NE(std::string{ex.what()}.find(says), std::string::npos)
+        << ex.what();
+    }
+  };
+  refused({.from_step = 9}, errc::invalid_argument, "outside its journal");
+  refused({.from_step_name = "z"}, errc::invalid_argument, "no step named");
+  refused({.from_last_failure = true}, errc::invalid_argument, "no failed");
+  rt.fork(h.id(), {.id = "taken"});
+  refused({.id = "taken"}, errc::conflicting_id, "exists");
+  try {
+    rt.fork("nobody");
+    ADD_FAILURE();
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::not_found);
+  }
+}
+
+TEST_F(fork_test, a_fork_is_refused_inside_compensation_or_before_an_outcome) {
+  using persistence::entry_kind;
+  seed("saga");
+  append("saga", {.seq = 0, .kind = entry_kind::phase, .name = "saga",
+                  .payload = "FORWARD"});
+  append("saga", {.seq = 1, .name = "hold", .payload = "1"});
+  append("saga", {.seq = 2, .kind = entry_kind::phase, .name = "saga",
+                  .payload = "COMPENSATING"});
+  append("saga", {.seq = 3, .name = "release", .payload = "1"});
+  using result = persistence::run_store::fork_outcome::result;
+  auto out = store_->fork_run({.source_id = "saga", .new_id = "f1",
+                               .from_step = 3});
+  EXPECT_EQ(out.what, result::refused);
+  EXPECT_NE(out.why.find("compensation"), std::string::npos) << out.why;
+  out = store_->fork_run({.source_id = "saga", .new_id = "f2", .from_step = 2});
+  ASSERT_EQ(out.what, result::forked) << out.why;
+  EXPECT_EQ(out.copied, 2);
+  EXPECT_EQ(store_->get_run("f2")->saga_phase, "FORWARD");
+  EXPECT_EQ(store_->get_run("f2")->status, run_status::pending);
+
+  seed("waits");
+  append("waits", {.seq = 0, .kind = entry_kind::awakeable, .name = "aw"});
+  out = store_->fork_run({.source_id = "waits", .new_id = "f3", .from_step = 1});
+  EXPECT_EQ(out.what, result::refused);
+  EXPECT_NE(out.why.find("outcome"), std::string::npos) << out.why;
+  out = store_->fork_run({.source_id = "waits", .new_id = "f4", .from_step = 0});
+  EXPECT_EQ(out.what, result::forked) << out.why;
+}
+
+} // namespace
