@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "perdure/perdure.hpp"
+#include "perdure/persistence/store.hpp"
 #include "perdure/sagas/saga.hpp"
 #include "support/test_support.hpp"
 #include "bench_support.hpp"
@@ -896,6 +897,40 @@ void object_memory(const options& o) {
     .print();
 }
 
+// -- fork ---------------------------------------------------------------------------
+
+/// A run with a `--workflows`-entry journal (written directly, in one
+/// batch), forked whole from a client: the time of `client::fork`.
+void fork_run(const options& o) {
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)}; // registers nothing: the fork stays put
+  rt.start();
+  auto store = persistence::open_store(db.store_options());
+  persistence::run_record r;
+  r.id = "fork-source";
+  r.name = "long";
+  r.owner = {"bench", 1};
+  store->create_run(r);
+  persistence::write_batch batch;
+  for (int i = 0; i < o.workflows; ++i) {
+    persistence::append_write w;
+    w.owner = r.owner;
+    w.entry.run_id = r.id;
+    w.entry.seq = i;
+    w.entry.name = "step";
+    w.entry.payload = persistence::encode(i);
+    batch.appends.push_back(std::move(w));
+  }
+  store->write_batch(batch);
+  auto t0 = bench_clock::now();
+  rt.fork(r.id, {.id = "fork-copy"});
+  auto ms = seconds_since(t0) * 1000;
+  header(o)
+    .add("journal_entries", o.workflows)
+    .add("fork_ms", ms)
+    .print();
+}
+
 int main(int argc, char** argv) {
   try {
     auto o = parse(argc, argv);
@@ -929,6 +964,8 @@ int main(int argc, char** argv) {
       object_memory(o);
     } else if (o.scenario == "object_throughput") {
       object_throughput(o);
+    } else if (o.scenario == "fork") {
+      fork_run(o);
     } else if (o.scenario == "takeover") {
       takeover(o);
     } else if (o.scenario == "takeover-child") {
