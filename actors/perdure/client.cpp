@@ -260,6 +260,28 @@ std::string client::fork(const std::string& id, fork_options opts) {
   return opts.id;
 }
 
+std::vector<version_report> client::versions() {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  return rt.svc.stores->with(
+    [&](persistence::store& db) { return db.versions(); });
+}
+
+std::int64_t client::move_runs(const std::string& from_version,
+                               const std::string& to_version) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  if (from_version == to_version)
+    throw error(errc::invalid_argument,
+                "move runs between two different app versions");
+  auto moved = rt.svc.stores->with([&](persistence::store& db) {
+    return db.move_runs(from_version, to_version, rt.svc.clock->now_ms());
+  });
+  rt.log().info("perdure: {} runs moved from app version '{}' to '{}'",
+                moved, from_version, to_version);
+  return moved;
+}
+
 namespace {
 
 /// Throws `payload_too_large` if `bytes` exceed the configured limit.

@@ -137,6 +137,20 @@ public:
   /// object invocation.
   std::string fork(const std::string& id, fork_options opts = {});
 
+  /// Returns every app version that processes ran or unended work carries:
+  /// its live processes, its PENDING, ENQUEUED and BLOCKED work and the
+  /// oldest of it, and whether that work is stranded (no live process of
+  /// the version). Runtimes refresh it at each takeover pass.
+  std::vector<version_report> versions();
+
+  /// Re-stamps the PENDING and BLOCKED runs (and queue items waiting in
+  /// their queue) of app version `from_version` with `to_version`, for
+  /// processes of that version to run: e.g. runs stranded on a version
+  /// that is gone, once the new code replays them. Object invocations are
+  /// not moved. Returns how many runs moved.
+  std::int64_t move_runs(const std::string& from_version,
+                         const std::string& to_version);
+
   /// Returns one page of runs matching `filter`, newest first (id, name,
   /// status, executor, times, error). Throws `invalid_argument` for a bad
   /// limit or cursor.

@@ -59,6 +59,25 @@ struct step_record {
   std::chrono::system_clock::time_point at{};
 };
 
+/// One app version as the store sees it (`client::versions`): the
+/// processes of it that live, and the unended work stamped with it.
+struct version_report {
+  /// Empty: runs started without one (any process may run them).
+  std::string app_version{};
+  /// When a process of it first and last took over work (its takeover
+  /// passes); unset for a version only runs carry.
+  std::optional<std::chrono::system_clock::time_point> first_seen{},
+    last_seen{};
+  std::int64_t live_executors = 0;
+  std::int64_t pending = 0, enqueued = 0, blocked = 0;
+  /// When the oldest of that work was created.
+  std::optional<std::chrono::system_clock::time_point> oldest_run{};
+  /// Work waits and no live process of the version can take it (for the
+  /// empty version: no live process at all). Deploy the version, or move
+  /// the runs (`client::move_runs`).
+  bool stranded = false;
+};
+
 /// One page of runs, newest first.
 struct run_page {
   std::vector<run_info> runs{};

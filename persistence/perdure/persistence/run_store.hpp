@@ -74,6 +74,20 @@ public:
   /// commit). Returns false if fenced.
   virtual bool release_run(const fence& owner, std::string_view run_id) = 0;
 
+  /// Notes that a process of app `version` is alive at `at_ms` (its
+  /// first and last sighting, for `versions`).
+  virtual void note_version(std::string_view version, std::int64_t at_ms) = 0;
+  /// Returns every app version seen or carried by unended work (see
+  /// `version_report`), by version.
+  virtual std::vector<version_report> versions() = 0;
+  /// Re-stamps the PENDING and BLOCKED runs (and ENQUEUED queue items) of
+  /// app version `from` with `to`: PENDING runs lose their owner (a process
+  /// of `to` adopts them), BLOCKED ones may be tried by any process of
+  /// `to`; every process is told. Not object invocations (their key's
+  /// owner runs them). Returns how many.
+  virtual std::int64_t move_runs(std::string_view from, std::string_view to,
+                                 std::int64_t at_ms) = 0;
+
   /// Where a fork starts (see `fork_run`).
   struct fork_request {
     std::string source_id;

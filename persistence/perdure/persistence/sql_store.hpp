@@ -52,6 +52,10 @@ public:
                             std::int64_t at_ms) override;
   bool release_run(const fence& owner, std::string_view run_id) override;
   fork_outcome fork_run(const fork_request& req) override;
+  void note_version(std::string_view version, std::int64_t at_ms) override;
+  std::vector<version_report> versions() override;
+  std::int64_t move_runs(std::string_view from, std::string_view to,
+                         std::int64_t at_ms) override;
   bool block_run(const fence& owner, std::string_view run_id,
                  std::string_view why, std::int64_t code_since_ms,
                  std::int64_t at_ms) override;

@@ -159,8 +159,10 @@ void recovery_service::take_over_now(const std::optional<std::string>& only) {
       if (only)
         return;
     }
-    if (!only)
+    if (!only) {
       retry_blocked();
+      watch_versions();
+    }
     count_left();
   } catch (const std::exception& ex) {
     svc_.log().warn("perdure: taking over runs failed ({}); trying again "
@@ -180,6 +182,28 @@ void recovery_service::retry_blocked() {
                   "process started before it could not replay them)",
                   svc_.cfg.executor_id, runs.size());
   bring_in(std::move(runs));
+}
+
+void recovery_service::watch_versions() {
+  auto& cfg = svc_.cfg;
+  auto versions = svc_.stores->with([&](persistence::store& db) {
+    db.note_version(cfg.app_version, svc_.clock->now_ms());
+    return db.versions();
+  });
+  std::int64_t stranded = 0;
+  std::string which;
+  for (auto& v : versions)
+    if (v.stranded) {
+      auto n = v.pending + v.enqueued + v.blocked;
+      stranded += n;
+      which += (which.empty() ? "" : ", ") + std::to_string(n) + " of '"
+               + v.app_version + "'";
+    }
+  if (stranded_.exchange(stranded) != stranded && stranded > 0)
+    svc_.log().warn("perdure: runs stranded on app versions no live process "
+                    "runs: {}. Deploy that version, or move them to one that "
+                    "replays them (client::move_runs)",
+                    which);
 }
 
 void recovery_service::count_left() {

@@ -62,9 +62,13 @@ private:
   /// may be fixed) and brings them in.
   void retry_blocked();
   void count_left();
+  /// Notes this process's app version and warns of stranded runs (once per
+  /// change of their count).
+  void watch_versions();
 
   runtime_services& svc_;
   std::atomic<std::int64_t> left_pending_{0};
+  std::atomic<std::int64_t> stranded_{0};
   std::mutex mtx_;
   bool taking_over_ = false;
   bool take_over_again_ = false;

@@ -181,6 +181,15 @@ std::vector<migration> sqlite_migrations() {
        "CREATE INDEX runs_blocked ON runs (blocked_code_since) WHERE status "
        "= 'BLOCKED'",
      }},
+    {12,
+     "deploys: the app versions processes ran, first and last seen",
+     {
+       "CREATE TABLE app_versions (version TEXT PRIMARY KEY, first_seen "
+       "INTEGER NOT NULL, last_seen INTEGER NOT NULL)",
+       // The version report and move_runs read unended work by version.
+       "CREATE INDEX runs_unended_version ON runs (app_version, status) "
+       "WHERE status IN ('PENDING', 'ENQUEUED', 'BLOCKED')",
+     }},
   };
 }
 
@@ -378,6 +387,14 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "ALTER TABLE " + s + "runs ADD COLUMN blocked_code_since BIGINT",
        "CREATE INDEX runs_blocked ON " + s + "runs (blocked_code_since) "
          "WHERE status = 'BLOCKED'",
+     }},
+    {12,
+     "deploys: the app versions processes ran, first and last seen",
+     {
+       "CREATE TABLE " + s + "app_versions (version TEXT PRIMARY KEY, "
+       "first_seen BIGINT NOT NULL, last_seen BIGINT NOT NULL)",
+       "CREATE INDEX runs_unended_version ON " + s + "runs (app_version, "
+       "status) WHERE status IN ('PENDING', 'ENQUEUED', 'BLOCKED')",
      }},
   };
 }
