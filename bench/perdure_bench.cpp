@@ -931,6 +931,30 @@ void fork_run(const options& o) {
     .print();
 }
 
+/// `--workflows` runs that ended ERROR (stored so), resumed by filter
+/// from a client: the time of `client::resume_matching`.
+void resume_by_filter(const options& o) {
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)}; // registers nothing: they stay put
+  rt.start();
+  auto store = persistence::open_store(db.store_options());
+  for (int i = 0; i < o.workflows; ++i) {
+    persistence::run_record r;
+    r.id = "failed-" + std::to_string(i);
+    r.name = "long";
+    r.status = run_status::error;
+    r.error = "the bug";
+    store->create_run(r);
+  }
+  auto t0 = bench_clock::now();
+  auto did = rt.resume_matching({.status = run_status::error, .limit = 1000});
+  auto s = seconds_since(t0);
+  header(o)
+    .add("runs", static_cast<double>(did.done))
+    .add("seconds", s)
+    .print();
+}
+
 int main(int argc, char** argv) {
   try {
     auto o = parse(argc, argv);
@@ -964,6 +988,8 @@ int main(int argc, char** argv) {
       object_memory(o);
     } else if (o.scenario == "object_throughput") {
       object_throughput(o);
+    } else if (o.scenario == "resume_by_filter") {
+      resume_by_filter(o);
     } else if (o.scenario == "fork") {
       fork_run(o);
     } else if (o.scenario == "takeover") {

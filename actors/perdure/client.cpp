@@ -197,29 +197,84 @@ void client::cancel(const std::string& id) {
   detail::cancel_run(*impl_, id);
 }
 
-void client::resume(const std::string& id, resume_options opts) {
-  auto& rt = *impl_;
-  detail::runtime_impl::client_call call{rt};
+namespace {
+
+/// `resume` without the throwing: what the store did.
+persistence::run_store::resume_outcome
+resume_one(detail::runtime_impl& rt, const std::string& id,
+           const resume_options& opts) {
   std::optional<std::string_view> version;
   if (opts.app_version)
     version = *opts.app_version;
   auto out = rt.svc.stores->with([&](persistence::store& db) {
     return db.resume_run(id, version, rt.svc.clock->now_ms());
   });
+  // Its transaction told the runtimes (run_created): one that can run it
+  // adopts it.
+  if (out.resumed)
+    rt.log().info("perdure: run {} resumed from {} ({} failed journal "
+                  "entries dropped)",
+                  id, to_string(*out.was), out.dropped);
+  return out;
+}
+
+std::string not_resumable(const std::string& id, run_status was) {
+  return "run '" + id + "' is " + std::string{to_string(was)}
+         + ": only runs that ended ERROR, CANCELLED or RETRIES_EXCEEDED, or "
+           "are BLOCKED, can be resumed (a queue item's dead letter is "
+           "requeued; an object invocation is called again)";
+}
+
+bool resumable(run_status s) {
+  return s == run_status::error || s == run_status::cancelled
+         || s == run_status::retries_exceeded || s == run_status::blocked;
+}
+
+} // namespace
+
+void client::resume(const std::string& id, resume_options opts) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  auto out = resume_one(rt, id, opts);
   if (!out.was)
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
   if (!out.resumed)
+    throw error(errc::invalid_argument, not_resumable(id, *out.was));
+}
+
+bulk_result client::resume_matching(run_filter filter, resume_options opts,
+                                    bool dry_run) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  if (filter.status && !resumable(*filter.status))
     throw error(errc::invalid_argument,
-                "run '" + id + "' is " + std::string{to_string(*out.was)}
-                  + ": only runs that ended ERROR, CANCELLED or "
-                    "RETRIES_EXCEEDED, or are BLOCKED, can be resumed (a "
-                    "queue item's dead letter is requeued; an object "
-                    "invocation is called again)");
-  // Its transaction told the runtimes (run_created): one that can run it
-  // adopts it.
-  rt.log().info("perdure: run {} resumed from {} ({} failed journal entries "
-                "dropped)",
-                id, to_string(*out.was), out.dropped);
+                "runs that are " + std::string{to_string(*filter.status)}
+                  + " cannot be resumed: filter on ERROR, CANCELLED, "
+                    "RETRIES_EXCEEDED or BLOCKED");
+  constexpr std::size_t sample_size = 10;
+  bulk_result result;
+  filter.cursor.clear();
+  for (;;) {
+    auto page = rt.svc.stores->with(
+      [&](persistence::store& db) { return db.list_runs(filter); });
+    for (auto& run : page.runs) {
+      if (!resumable(run.status))
+        continue;
+      ++result.matched;
+      if (result.sample.size() < sample_size)
+        result.sample.push_back(run.id);
+      if (dry_run)
+        continue;
+      auto out = resume_one(rt, run.id, opts);
+      if (out.resumed)
+        ++result.done;
+      else if (out.was) // a queue item, an invocation, or changed since
+        result.refused.emplace_back(run.id, not_resumable(run.id, *out.was));
+    }
+    if (page.next_cursor.empty())
+      return result;
+    filter.cursor = std::move(page.next_cursor);
+  }
 }
 
 std::string client::fork(const std::string& id, fork_options opts) {

@@ -43,6 +43,18 @@ struct resume_options {
   std::optional<std::string> app_version;
 };
 
+/// What a bulk action by filter did, or would do (`dry_run`).
+struct bulk_result {
+  /// Runs the filter matched that the action applies to.
+  std::int64_t matched = 0;
+  /// Runs it was applied to (0 on a dry run).
+  std::int64_t done = 0;
+  /// The first few matched, for a look before acting.
+  std::vector<std::string> sample{};
+  /// Runs matched but refused, and why (e.g. queue items).
+  std::vector<std::pair<std::string, std::string>> refused{};
+};
+
 /// Where `client::fork` starts the new run. At most one of the three
 /// points; none: the whole journal is copied.
 struct fork_options {
@@ -136,6 +148,14 @@ public:
   /// or call and its outcome (that outcome goes to the source), or for an
   /// object invocation.
   std::string fork(const std::string& id, fork_options opts = {});
+
+  /// `resume` of every run `filter` matches that ended ERROR, CANCELLED or
+  /// RETRIES_EXCEEDED, or is BLOCKED (a filter without a status takes all
+  /// four), each in its own transaction, walking the listing page by page
+  /// (`filter.limit` a page; its cursor is ignored). `dry_run`: counts and
+  /// samples them and changes nothing.
+  bulk_result resume_matching(run_filter filter, resume_options opts = {},
+                              bool dry_run = false);
 
   /// Returns every app version that processes ran or unended work carries:
   /// its live processes, its PENDING, ENQUEUED and BLOCKED work and the

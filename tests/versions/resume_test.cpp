@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "perdure/perdure.hpp"
 #include "support/test_support.hpp"
@@ -144,6 +145,41 @@ TEST_F(resume_test, a_transaction_committed_after_the_failure_is_not_committed_a
   EXPECT_EQ(charged_.load(), 2) << "the failed step runs again";
   EXPECT_EQ(logged.load(), 1) << "the committed transaction is taken as "
                                  "recorded";
+}
+
+TEST_F(resume_test, runs_resume_by_filter_after_a_dry_run) {
+  runtime rt{db_.runtime_config("local")};
+  register_pay(rt);
+  rt.register_workflow("fine", [](workflow_context&) -> task<int> {
+    co_return 1;
+  });
+  rt.start();
+  std::vector<workflow_handle<int>> failed;
+  for (int i = 0; i < 25; ++i)
+    failed.push_back(rt.start_workflow<int>("pay"));
+  auto ok = rt.start_workflow<int>("fine");
+  EXPECT_EQ(ok.get(10s), 1);
+  for (auto& h : failed)
+    EXPECT_THROW(h.get(10s), perdure::error);
+  fixed_ = true;
+  run_filter errors{.status = run_status::error, .limit = 10};
+  auto look = rt.resume_matching(errors, {}, true);
+  EXPECT_EQ(look.matched, 25);
+  EXPECT_EQ(look.done, 0);
+  EXPECT_EQ(look.sample.size(), 10u);
+  EXPECT_EQ(rt.list_runs({.status = run_status::error}).runs.size(), 25u)
+    << "a dry run changes nothing";
+  EXPECT_THROW(rt.resume_matching({.status = run_status::success}),
+               perdure::error);
+  auto did = rt.resume_matching(errors);
+  EXPECT_EQ(did.matched, 25);
+  EXPECT_EQ(did.done, 25);
+  EXPECT_TRUE(did.refused.empty());
+  for (auto& h : failed)
+    EXPECT_GT(h.get(10s), 10) << h.id(); // its reservation + the charge
+  EXPECT_EQ(reserved_.load(), 25) << "completed steps are replayed";
+  EXPECT_EQ(charged_.load(), 50);
+  EXPECT_EQ(ok.status(), run_status::success) << "other runs untouched";
 }
 
 TEST_F(resume_test, a_cancelled_run_resumes_and_only_ended_runs_can) {
