@@ -347,14 +347,15 @@ public:
   ///     if (co_await ctx.patched("carrier-booking")) { new } else { old }
   ///
   /// A run that reaches this point for the first time takes it (recorded
-  /// with the next durable operation, no round trip of its own); a run that
+  /// first: one commit, shared with other runs' by the group-commit
+  /// writer, the first time only); a run that
   /// passed this point under code without the patch keeps the old branch,
   /// on replay and on every process. `id` must be listed in
   /// `workflow_options::patches` where the workflow is registered: a
   /// process claims only runs whose patches its code knows, so old and new
   /// code can run side by side during a deploy.
-  detail::ready_awaiter<bool> patched(const std::string& id) {
-    return detail::ready_awaiter<bool>{core_->patched(id)};
+  detail::patch_awaiter patched(const std::string& id) {
+    return {*core_, core_->patched(id)};
   }
 
   /// Once no run that passed patch `id` under old code is left: the old
@@ -362,9 +363,8 @@ public:
   /// meet it (so a process with the `patched` code can still run them).
   /// Remove it, and `id` from the declaration, once no run in flight took
   /// the patch.
-  std::suspend_never deprecated_patch(const std::string& id) {
-    (void)core_->patched(id);
-    return {};
+  detail::patch_awaiter deprecated_patch(const std::string& id) {
+    return {*core_, core_->patched(id)};
   }
 
   /// Records that this run, a saga, enters `phase` (one of

@@ -121,6 +121,36 @@ TEST_F(fork_test, a_fork_starts_at_an_index_or_a_step_name_and_refuses_clearly) 
   }
 }
 
+// A review found it: names derived from the source's id (a child's, an
+// awakeable's, the waits for them) were copied as they were, and the
+// fork's replay, deriving them from its own id, diverged.
+TEST_F(fork_test, a_fork_replays_children_and_awakeables_it_copied) {
+  runtime rt{db_.runtime_config("local")};
+  std::atomic<int> after{0};
+  rt.register_workflow("kid", [](workflow_context&, int x) -> task<int> {
+    co_return x * 2;
+  });
+  rt.register_workflow("family", [&](workflow_context& ctx) -> task<int> {
+    auto child = co_await ctx.start_child<int>("kid", 4);
+    auto doubled = co_await child;
+    auto a = co_await ctx.awakeable<int>();
+    co_await ctx.set_event("awakeable", a.id());
+    auto given = co_await a;
+    co_await ctx.step("after", [&] { return ++after; });
+    co_return doubled + given;
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("family");
+  auto awakeable_id = rt.get_event<std::string>(h.id(), "awakeable", 10s);
+  ASSERT_TRUE(awakeable_id.has_value());
+  rt.resolve_awakeable(*awakeable_id, 1);
+  EXPECT_EQ(h.get(10s), 9);
+  auto fork = rt.retrieve_workflow<int>(rt.fork(h.id(), {.from_step_name = "after"}));
+  EXPECT_EQ(fork.get(10s), 9);
+  EXPECT_EQ(fork.status(), run_status::success);
+  EXPECT_EQ(after.load(), 2) << "only the step after the cut ran again";
+}
+
 TEST_F(fork_test, a_fork_is_refused_inside_compensation_or_before_an_outcome) {
   using persistence::entry_kind;
   seed("saga");

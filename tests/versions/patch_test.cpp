@@ -155,6 +155,40 @@ TEST_F(patch_test, a_process_without_the_patch_never_takes_a_run_that_took_it) {
   EXPECT_EQ(new_booked_.load(), 1) << "replayed, not booked again";
 }
 
+// A review found it: a run's attempt marker (a resume, a queue item's
+// retry) made its load drop the patch markers, and the resumed run took
+// the old branch.
+TEST_F(patch_test, a_resumed_run_keeps_the_patch_it_took) {
+  std::atomic<bool> fixed{false};
+  runtime rt{db_.runtime_config("local")};
+  rt.register_workflow(
+    "ship",
+    [&](workflow_context& ctx) -> task<std::string> {
+      std::string how = "old";
+      if (co_await ctx.patched("carrier")) {
+        co_await ctx.step("book-new", [this] { return ++new_booked_; });
+        how = "new";
+      } else {
+        co_await ctx.step("book-old", [this] { return ++old_booked_; });
+      }
+      co_await ctx.step("label", [&] {
+        if (!fixed)
+          throw terminal_error("label printer down (the bug)");
+        return 1;
+      });
+      co_return how;
+    },
+    {.patches = {"carrier"}});
+  rt.start();
+  auto h = rt.start_workflow<std::string>("ship");
+  EXPECT_THROW(h.get(10s), perdure::error);
+  fixed = true;
+  rt.resume(h.id());
+  EXPECT_EQ(h.get(10s), "new");
+  EXPECT_EQ(new_booked_.load(), 1) << "replayed, not booked again";
+  EXPECT_EQ(old_booked_.load(), 0);
+}
+
 TEST_F(patch_test, an_undeclared_patch_is_a_clear_error) {
   runtime rt{db_.runtime_config("local")};
   rt.register_workflow("drifted", [](workflow_context& ctx) -> task<int> {

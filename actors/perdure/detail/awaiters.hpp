@@ -70,24 +70,29 @@ std::string encode_result(const T& x, const run_core& core) {
   return bytes;
 }
 
-/// What is known at once (a patch decision): awaited like the durable
-/// operations around it, it never suspends.
-template <class T>
-class [[nodiscard]] ready_awaiter {
+/// `workflow_context::patched`: the answer at once, unless the run takes
+/// the patch here for the first time: then once its marker is durable.
+class [[nodiscard]] patch_awaiter {
 public:
-  explicit ready_awaiter(T value) : value_(std::move(value)) {
+  patch_awaiter(run_core& core, run_core::patch_decision d)
+    : core_(&core), d_(std::move(d)) {
   }
+
   bool await_ready() const noexcept {
-    return true;
+    return !d_.marker;
   }
-  void await_suspend(std::coroutine_handle<>) const noexcept {
+
+  void await_suspend(std::coroutine_handle<> h) {
+    core_->perform(std::move(*d_.marker), h);
   }
-  T await_resume() {
-    return std::move(value_);
+
+  bool await_resume() const noexcept {
+    return d_.taken;
   }
 
 private:
-  T value_;
+  run_core* core_;
+  run_core::patch_decision d_;
 };
 
 /// `co_await`ing a durable operation: ready at once when replaying,

@@ -24,7 +24,7 @@ bool run_core::replaying(std::int32_t seq, persistence::entry_kind kind,
   return true;
 }
 
-bool run_core::patched(const std::string& name) {
+run_core::patch_decision run_core::patched(const std::string& name) {
   if (!declares_patch(name))
     throw perdure::error(
       errc::invalid_argument,
@@ -34,20 +34,19 @@ bool run_core::patched(const std::string& name) {
   auto at = peek_seq();
   for (auto& [patch, before] : patches_)
     if (patch == name && before == at)
-      return true;
+      return {true, std::nullopt};
   if (find_recorded(at))
-    return false; // passed here under code without the patch
-  patches_.emplace_back(name, at);
-  persistence::journal_entry e;
-  e.seq = -static_cast<std::int32_t>(patches_.size());
-  e.kind = persistence::entry_kind::patch;
-  e.name = name;
-  e.payload = std::to_string(at);
-  record_patch(std::move(e));
-  return true;
+    return {false, std::nullopt}; // passed here under code without it
+  operation marker;
+  marker.seq = patch_floor_ - 1;
+  marker.kind = persistence::entry_kind::patch;
+  marker.name = name;
+  marker.payload = std::to_string(at);
+  return {true, std::move(marker)};
 }
 
 void run_core::took_patch(persistence::journal_entry e) {
+  patch_floor_ = std::min(patch_floor_, e.seq);
   try {
     patches_.emplace_back(std::move(e.name), std::stoi(e.payload));
   } catch (const std::exception&) {

@@ -148,18 +148,27 @@ public:
     return i == recorded_->end() ? nullptr : &i->second;
   }
 
-  /// Returns whether the code takes patch `name` here: a run that took it
-  /// here before, or reaches this point for the first time (then it is
-  /// recorded, riding the next durable operation's commit), does; a run
-  /// whose journal has another operation here passed it under code without
-  /// the patch and does not. Throws `invalid_argument` for a patch its
-  /// workflow did not declare.
-  bool patched(const std::string& name);
+  /// Whether the code takes a patch here, and the marker to record first
+  /// if it takes it for the first time (see `patched`).
+  struct patch_decision {
+    bool taken = false;
+    std::optional<operation> marker;
+  };
+
+  /// Decides whether the code takes patch `name` here: a run that took it
+  /// here before does; a run whose journal has another operation here
+  /// passed this point under code without the patch and does not; a run
+  /// here for the first time does, once `marker` is durable (the next
+  /// operation may commit by another connection: it must not commit
+  /// without it). Throws `invalid_argument` for a patch its workflow did
+  /// not declare.
+  patch_decision patched(const std::string& name);
 
   /// Records the outcome `e` (replay material, or what just became durable).
   void record_outcome(persistence::journal_entry e) {
     if (e.kind == persistence::entry_kind::patch) {
-      took_patch(std::move(e));
+      if (e.outcome == persistence::outcome::value) // not a cancelled write
+        took_patch(std::move(e));
       return;
     }
     if (!recorded_)
@@ -220,15 +229,15 @@ public:
 protected:
   /// Whether the run's workflow declared patch `name` at registration.
   virtual bool declares_patch(const std::string& name) const = 0;
-  /// Writes patch marker `e` without waiting for it: the writer commits
-  /// it with (or before) the next durable operation.
-  virtual void record_patch(persistence::journal_entry e) = 0;
-  /// Notes a patch marker read from the journal.
+  /// Notes a patch marker read from the journal (or just durable).
   void took_patch(persistence::journal_entry e);
 
   /// The patches the run took: the patch, and the index of the operation
   /// it came before. Few (a vector).
   std::vector<std::pair<std::string, std::int32_t>> patches_;
+  /// The lowest index of a patch marker: the next one takes the one
+  /// below. Markers start at -2 (-1 means "no index" to the runtime).
+  std::int32_t patch_floor_ = -1;
   std::string run_id_;
   std::int32_t next_seq_ = 0;
   /// Allocated only while there is something recorded: most of a sleeping

@@ -262,7 +262,8 @@ enum class entry_kind : std::uint8_t {
   phase,
   /// A patch the run took (`workflow_context::patched`); the name is the
   /// patch, the payload the index of the operation it came before. Kept
-  /// apart from the operations: negative indexes (-1, -2, ...).
+  /// apart from the operations: negative indexes (-2, -3, ...; -1 means
+  /// "no index" to the runtime).
   patch,
 };
 

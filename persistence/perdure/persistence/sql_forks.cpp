@@ -1,8 +1,11 @@
 // Forks: a new run from another's journal up to a point (run_store.hpp).
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/sql/sql_tx.hpp"
 #include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/sql_store.hpp"
@@ -68,9 +71,12 @@ cut choose_cut(const run_store::fork_request& req,
 /// Why the journal cannot be cut at `from`, if it cannot.
 std::string cut_refusal(const std::vector<entry_head>& journal,
                         std::int32_t from) {
-  // An awakeable, child or call whose outcome comes after the cut: the
-  // fork would wait for what is delivered to the source.
-  std::optional<std::int32_t> open;
+  // An awakeable, child or call created before the cut whose outcome is
+  // not: the fork would wait for what is delivered to the source (or
+  // started by it). Each wait names what it waited for (an awakeable's id,
+  // `child:` and a child's or call's id); a wait for several (a select)
+  // closes none, which only refuses more.
+  std::map<std::string, std::int32_t> open;
   for (auto& e : journal) {
     if (e.seq < 0 || e.seq >= from)
       continue;
@@ -79,16 +85,23 @@ std::string cut_refusal(const std::vector<entry_head>& journal,
       return "index " + std::to_string(from)
              + " is inside its saga's compensation, which began at index "
              + std::to_string(e.seq) + ": fork from there or before";
-    if (e.kind == "awakeable" || e.kind == "child")
-      open = e.seq;
+    if (e.kind == "awakeable")
+      open.emplace(e.name, e.seq);
+    else if (e.kind == "child")
+      open.emplace("child:" + e.name, e.seq);
     else if (e.kind == "await")
-      open.reset();
+      open.erase(e.name);
   }
-  if (open)
-    return "the operation at index " + std::to_string(*open)
-           + " (an awakeable, child or call) has its outcome after index "
-           + std::to_string(from) + ", and it would go to the source: fork "
-           + "from index " + std::to_string(*open) + " or after its outcome";
+  if (!open.empty()) {
+    auto first = from;
+    for (auto& [name, seq] : open)
+      first = std::min(first, seq);
+    return "the operation at index " + std::to_string(first)
+           + " (an awakeable, child or call) has no outcome before index "
+           + std::to_string(from) + " (it would go to the source): fork "
+           + "from index " + std::to_string(first) + " or before, or after "
+           + "its outcome";
+  }
   return {};
 }
 
@@ -109,11 +122,16 @@ run_store::fork_outcome sql_store::fork_run(const fork_request& req) {
     "app_version, created_at, updated_at, saga_phase) SELECT $2, name, "
     "'PENDING', inputs, '', 0, COALESCE($3, app_version), $4, $4, $5 FROM "
     "{s}runs WHERE id = $1 ON CONFLICT (id) DO NOTHING"};
+  // Names derived from the run's id (children, calls, awakeables and the
+  // waits for them) are derived from the fork's, as its replay derives
+  // them (as an undo run's copy does).
   static const sql_query copy{
     "fork_copy",
     "INSERT INTO {s}journal (run_id, seq, kind, name, outcome, payload, "
-    "error, created_at) SELECT $2, seq, kind, name, outcome, payload, error, "
-    "created_at FROM {s}journal WHERE run_id = $1 AND seq >= $3 AND seq < $4"};
+    "error, created_at) SELECT $2, seq, kind, "
+      + detail::undo_entry_name("$1::text", "$2::text")
+      + ", outcome, payload, error, created_at FROM {s}journal WHERE run_id "
+        "= $1 AND seq >= $3 AND seq < $4"};
   fork_outcome out;
   write([&](sql_tx& tx) {
     out = fork_outcome{};

@@ -84,7 +84,9 @@ std::vector<version_report> sql_store::versions() {
 
 std::int64_t sql_store::move_runs(std::string_view from, std::string_view to,
                                   std::int64_t at_ms) {
-  // A PENDING run loses its owner (whose copy is fenced by the epoch); a
+  // A PENDING run no live process holds loses its owner (one held by a
+  // live process of `from` is its to finish: moving it would run two
+  // copies until the old one's next write is fenced); a
   // BLOCKED one may be tried by any process of `to` (blocked_code_since
   // 0); a queue item waiting in its queue keeps its place.
   static const sql_query q{
@@ -94,9 +96,10 @@ std::int64_t sql_store::move_runs(std::string_view from, std::string_view to,
     "blocked_code_since = CASE WHEN status = 'BLOCKED' THEN 0 ELSE "
     "blocked_code_since END, updated_at = $3 WHERE app_version = $1 AND "
     "status IN ('PENDING', 'ENQUEUED', 'BLOCKED') AND "
-    "object_type IS NULL AND ((status IN ('PENDING', 'BLOCKED') AND "
-    "queue_name IS NULL) OR (status = 'ENQUEUED' AND queue_name IS NOT "
-    "NULL))"};
+    "object_type IS NULL AND ((status = 'BLOCKED' AND queue_name IS NULL) "
+    "OR (status = 'PENDING' AND queue_name IS NULL AND (executor = '' OR "
+    "executor NOT IN (SELECT id FROM {s}executors WHERE state = 'live'))) "
+    "OR (status = 'ENQUEUED' AND queue_name IS NOT NULL))"};
   std::int64_t moved = 0;
   write([&](sql_tx& tx) {
     moved = tx.run(q, {from, to, at_ms});

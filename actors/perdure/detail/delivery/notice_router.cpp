@@ -148,8 +148,13 @@ void notice_router::cancelled(const std::string& id) {
       svc_.log().warn("perdure: could not read cancelled run {}: {}", id,
                       ex.what());
     }
-    if (run && run->status != run_status::cancelled)
-      return; // resumed since: not its cancel
+    if (run && run->status != run_status::cancelled) {
+      // Resumed since: the cancel is not the new life's, but a life older
+      // than the row is stale (fenced) and stops.
+      if (run->object_type.empty())
+        svc_.runs->cancel(id, run->owner.epoch - 1);
+      return;
+    }
     std::optional<std::int64_t> up_to;
     if (run && run->object_type.empty()) // an invocation runs at its key's
       up_to = run->owner.epoch;

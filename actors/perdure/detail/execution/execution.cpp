@@ -176,7 +176,7 @@ void execution::load_attempts(std::vector<persistence::journal_entry>& journal) 
   };
   std::vector<persistence::journal_entry> replayed;
   for (auto& e : journal) {
-    if (live(e.seq)) {
+    if (e.seq < 0 || live(e.seq)) { // patch markers are outside the indexes
       replayed.push_back(std::move(e));
     } else if (e.kind == persistence::entry_kind::transaction
                && e.outcome == persistence::outcome::value) {
@@ -204,6 +204,7 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
   // A saga asked to cancel observes it here, at its next operation (its
   // end included), but not at the start of its compensations.
   if (cancel_observable() && !find_recorded(op->seq)
+      && op->kind != persistence::entry_kind::patch // the next one observes
       && !(op->kind == persistence::entry_kind::phase
            && op->payload == persistence::saga_phase::compensating)) {
     if (op->kind == persistence::entry_kind::sleep
@@ -263,8 +264,12 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
       waiting_since = now_ms();
       check_delivery();
       return;
-    case persistence::entry_kind::patch:
-      break; // not an operation: see run_core::patched
+    case persistence::entry_kind::patch: {
+      auto e = entry_for(op->seq); // its marker (see run_core::patched)
+      e.payload = op->payload;
+      record(std::move(e));
+      return;
+    }
   }
 }
 
@@ -287,16 +292,6 @@ bool execution::declares_patch(const std::string& name) const {
     return false;
   auto& known = workflow_->patches;
   return std::find(known.begin(), known.end(), name) != known.end();
-}
-
-void execution::record_patch(persistence::journal_entry e) {
-  // No reply awaited: the writer commits in order, so the patch is durable
-  // no later than the operation after it (and if neither is, the next
-  // attempt decides again from the same journal).
-  e.run_id = run_id_;
-  e.created_at_ms = detail::now_ms();
-  rt->writer->append({owner(), std::move(e)},
-                     [](const persistence::write_result&) {}, false);
 }
 
 const std::string* execution::unknown_patch() const {

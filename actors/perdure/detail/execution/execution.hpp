@@ -159,7 +159,6 @@ public:
 
   void phase_entered(const std::string& phase) override;
   bool declares_patch(const std::string& name) const override;
-  void record_patch(persistence::journal_entry e) override;
 
 private:
   /// Takes the turn on a step thread and handles `m`, the committed

@@ -186,10 +186,18 @@ void recovery_service::retry_blocked() {
 
 void recovery_service::watch_versions() {
   auto& cfg = svc_.cfg;
-  auto versions = svc_.stores->with([&](persistence::store& db) {
-    db.note_version(cfg.app_version, svc_.clock->now_ms());
-    return db.versions();
-  });
+  std::vector<version_report> versions;
+  try {
+    versions = svc_.stores->with([&](persistence::store& db) {
+      db.note_version(cfg.app_version, svc_.clock->now_ms());
+      return db.versions();
+    });
+  } catch (const std::exception& ex) {
+    svc_.log().warn("perdure: could not read the app versions ({}); trying "
+                    "again at the next takeover pass",
+                    ex.what());
+    return;
+  }
   std::int64_t stranded = 0;
   std::string which;
   for (auto& v : versions)
