@@ -32,13 +32,17 @@ run_core::patch_decision run_core::patched(const std::string& name) {
         "workflow_options::patches where the workflow is registered (a "
         "process claims only runs whose patches it declares)");
   auto at = peek_seq();
-  for (auto& [patch, before] : patches_)
-    if (patch == name && before == at)
-      return {true, std::nullopt};
+  std::int32_t taken = 0;
+  if (patches_) {
+    for (auto& [patch, before] : *patches_)
+      if (patch == name && before == at)
+        return {true, std::nullopt};
+    taken = static_cast<std::int32_t>(patches_->size());
+  }
   if (find_recorded(at))
     return {false, std::nullopt}; // passed here under code without it
   operation marker;
-  marker.seq = patch_floor_ - 1;
+  marker.seq = -2 - taken; // markers are durable in order: no gaps
   marker.kind = persistence::entry_kind::patch;
   marker.name = name;
   marker.payload = std::to_string(at);
@@ -46,9 +50,10 @@ run_core::patch_decision run_core::patched(const std::string& name) {
 }
 
 void run_core::took_patch(persistence::journal_entry e) {
-  patch_floor_ = std::min(patch_floor_, e.seq);
+  if (!patches_)
+    patches_ = std::make_unique<patch_list>();
   try {
-    patches_.emplace_back(std::move(e.name), std::stoi(e.payload));
+    patches_->emplace_back(std::move(e.name), std::stoi(e.payload));
   } catch (const std::exception&) {
     fatal_ = std::make_unique<std::string>(
       "malformed patch marker at journal index " + std::to_string(e.seq));

@@ -233,11 +233,11 @@ protected:
   void took_patch(persistence::journal_entry e);
 
   /// The patches the run took: the patch, and the index of the operation
-  /// it came before. Few (a vector).
-  std::vector<std::pair<std::string, std::int32_t>> patches_;
-  /// The lowest index of a patch marker: the next one takes the one
-  /// below. Markers start at -2 (-1 means "no index" to the runtime).
-  std::int32_t patch_floor_ = -1;
+  /// it came before, in the order taken (their markers' indexes are -2,
+  /// -3, ...: -1 means "no index" to the runtime). Allocated only for a run
+  /// that took one: most never do, and a sleeping run's size counts.
+  using patch_list = std::vector<std::pair<std::string, std::int32_t>>;
+  std::unique_ptr<patch_list> patches_;
   std::string run_id_;
   std::int32_t next_seq_ = 0;
   /// Allocated only while there is something recorded: most of a sleeping

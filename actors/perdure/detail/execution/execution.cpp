@@ -295,9 +295,10 @@ bool execution::declares_patch(const std::string& name) const {
 }
 
 const std::string* execution::unknown_patch() const {
-  for (auto& [patch, before] : patches_)
-    if (!declares_patch(patch))
-      return &patch;
+  if (patches_)
+    for (auto& [patch, before] : *patches_)
+      if (!declares_patch(patch))
+        return &patch;
   return nullptr;
 }
 
