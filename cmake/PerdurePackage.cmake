@@ -38,7 +38,10 @@ write_basic_package_version_file(
 # The build tree is a package too (CMAKE_PREFIX_PATH=<build dir>).
 configure_file(${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
                ${PROJECT_BINARY_DIR}/FindCAF.cmake COPYONLY)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/PerdureReplay.cmake
+               ${PROJECT_BINARY_DIR}/PerdureReplay.cmake COPYONLY)
 install(FILES ${PROJECT_BINARY_DIR}/perdureConfig.cmake
               ${PROJECT_BINARY_DIR}/perdureConfigVersion.cmake
               ${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/PerdureReplay.cmake
         DESTINATION ${PERDURE_CMAKE_DIR})

@@ -6,9 +6,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <future>
+#include <tuple>
+#include <unordered_set>
 
+#include "perdure/detail/export/exported_run.hpp"
 #include "perdure/detail/runtime/ids.hpp"
+#include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/runtime/client_access.hpp"
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/runtime/runtime_impl.hpp"
@@ -49,9 +54,11 @@ run_page client::list_runs(const run_filter& filter) {
 
 std::vector<step_record> client::history(const std::string& id) {
   detail::runtime_impl::client_call call{*impl_};
-  auto [run, journal] = impl_->svc.stores->with([&](persistence::store& db) {
-    return std::make_pair(db.get_run(id), db.load_journals({id}));
-  });
+  auto [run, journal, events]
+    = impl_->svc.stores->with([&](persistence::store& db) {
+        return std::make_tuple(db.get_run(id), db.load_journals({id}),
+                               db.run_events(id));
+      });
   if (!run)
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
   std::vector<step_record> steps;
@@ -72,7 +79,41 @@ std::vector<step_record> client::history(const std::string& id) {
       std::chrono::milliseconds{e.created_at_ms}};
     steps.push_back(std::move(s));
   }
+  // Each event after the entries recorded before it (a resume's after
+  // what it kept, before what ran again).
+  for (auto& ev : events) {
+    step_record s;
+    s.seq = -1;
+    s.kind = std::move(ev.kind);
+    s.name = std::move(ev.detail);
+    s.outcome = "event";
+    s.payload = std::move(ev.reason);
+    s.at = std::chrono::system_clock::time_point{
+      std::chrono::milliseconds{ev.at_ms}};
+    auto later = std::find_if(steps.begin(), steps.end(), [&](auto& e) {
+      return e.outcome != "event" && e.at >= s.at;
+    });
+    steps.insert(later, std::move(s));
+  }
   return steps;
+}
+
+std::string client::export_run(const std::string& id) {
+  detail::runtime_impl::client_call call{*impl_};
+  auto [run, journal] = impl_->svc.stores->with([&](persistence::store& db) {
+    return std::make_pair(db.get_run(id), db.load_journals({id}));
+  });
+  if (!run)
+    throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  detail::exported_run out;
+  out.id = run->id;
+  out.workflow = run->name;
+  out.status = std::string{to_string(run->status)};
+  out.app_version = run->app_version;
+  out.inputs = std::move(run->inputs);
+  out.exported_at_ms = impl_->svc.clock->now_ms();
+  out.journal = std::move(journal);
+  return detail::to_json(out);
 }
 
 namespace {
@@ -206,8 +247,9 @@ resume_one(detail::runtime_impl& rt, const std::string& id,
   std::optional<std::string_view> version;
   if (opts.app_version)
     version = *opts.app_version;
+  auto now = rt.svc.clock->now_ms();
   auto out = rt.svc.stores->with([&](persistence::store& db) {
-    return db.resume_run(id, version, rt.svc.clock->now_ms());
+    return db.resume_run(id, version, now, opts.reason);
   });
   // Its transaction told the runtimes (run_created): one that can run it
   // adopts it.
@@ -215,19 +257,32 @@ resume_one(detail::runtime_impl& rt, const std::string& id,
     rt.log().info("perdure: run {} resumed from {} ({} failed journal "
                   "entries dropped)",
                   id, to_string(*out.was), out.dropped);
+  if (out.was != run_status::dead_letter)
+    return out;
+  // A dead letter goes back to its queue (the queue's own retry journal).
+  auto item = rt.svc.stores->with([&](persistence::store& db) {
+    return db.requeue(id, now, opts.reason);
+  });
+  if (!item) // requeued (or resumed otherwise) since
+    return out;
+  out.resumed = true;
+  if (rt.svc.queues)
+    rt.svc.queues->notice(item->queue_name);
+  rt.log().info("perdure: queue item {} resumed from DEAD_LETTER", id);
   return out;
 }
 
 std::string not_resumable(const std::string& id, run_status was) {
   return "run '" + id + "' is " + std::string{to_string(was)}
-         + ": only runs that ended ERROR, CANCELLED or RETRIES_EXCEEDED, or "
-           "are BLOCKED, can be resumed (a queue item's dead letter is "
-           "requeued; an object invocation is called again)";
+         + ": only runs that ended ERROR, CANCELLED, RETRIES_EXCEEDED or "
+           "DEAD_LETTER, or are BLOCKED, can be resumed (an object "
+           "invocation is called again)";
 }
 
 bool resumable(run_status s) {
   return s == run_status::error || s == run_status::cancelled
-         || s == run_status::retries_exceeded || s == run_status::blocked;
+         || s == run_status::retries_exceeded || s == run_status::blocked
+         || s == run_status::dead_letter;
 }
 
 } // namespace
@@ -250,7 +305,7 @@ bulk_result client::resume_matching(run_filter filter, resume_options opts,
     throw error(errc::invalid_argument,
                 "runs that are " + std::string{to_string(*filter.status)}
                   + " cannot be resumed: filter on ERROR, CANCELLED, "
-                    "RETRIES_EXCEEDED or BLOCKED");
+                    "RETRIES_EXCEEDED, DEAD_LETTER or BLOCKED");
   constexpr std::size_t sample_size = 10;
   bulk_result result;
   filter.cursor.clear();
@@ -277,24 +332,49 @@ bulk_result client::resume_matching(run_filter filter, resume_options opts,
   }
 }
 
-std::string client::fork(const std::string& id, fork_options opts) {
-  auto& rt = *impl_;
-  detail::runtime_impl::client_call call{rt};
+namespace {
+
+/// Throws unless `opts` names at most one point.
+void check_fork_point(const fork_options& opts) {
   auto points = (opts.from_step ? 1 : 0) + (opts.from_step_name ? 1 : 0)
                 + (opts.from_last_failure ? 1 : 0);
   if (points > 1)
     throw error(errc::invalid_argument,
                 "fork from one point: an index, a step name or the last "
                 "failure");
+}
+
+/// `fork` without the throwing: what the store did (`opts.id` set).
+persistence::run_store::fork_outcome
+fork_one(detail::runtime_impl& rt, const std::string& id,
+         const fork_options& opts) {
+  persistence::run_store::fork_request req{
+    id,          opts.id,           opts.from_step,   opts.from_step_name,
+    opts.from_last_failure, opts.app_version, rt.svc.clock->now_ms(),
+    opts.reason};
+  auto out = rt.svc.stores->with(
+    [&](persistence::store& db) { return db.fork_run(req); });
+  if (out.what == persistence::run_store::fork_outcome::result::forked)
+    rt.log().info("perdure: run {} forked from run {} at journal index {} "
+                  "({} entries copied)",
+                  opts.id, id, out.from, out.copied);
+  return out;
+}
+
+std::string not_forkable(const std::string& id, const std::string& why) {
+  return "run '" + id + "' cannot be forked there: " + why;
+}
+
+} // namespace
+
+std::string client::fork(const std::string& id, fork_options opts) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  check_fork_point(opts);
   if (opts.id.empty())
     opts.id = detail::random_id();
   detail::check_key("fork id", opts.id);
-  persistence::run_store::fork_request req{
-    id, opts.id, opts.from_step, std::move(opts.from_step_name),
-    opts.from_last_failure, std::move(opts.app_version),
-    rt.svc.clock->now_ms()};
-  auto out = rt.svc.stores->with(
-    [&](persistence::store& db) { return db.fork_run(req); });
+  auto out = fork_one(rt, id, opts);
   using result = persistence::run_store::fork_outcome::result;
   switch (out.what) {
     case result::not_found:
@@ -304,15 +384,54 @@ std::string client::fork(const std::string& id, fork_options opts) {
                   "a run with id '" + opts.id
                     + "' exists: fork with another id, or none for a fresh one");
     case result::refused:
-      throw error(errc::invalid_argument,
-                  "run '" + id + "' cannot be forked there: " + out.why);
+      throw error(errc::invalid_argument, not_forkable(id, out.why));
     case result::forked:
       break;
   }
-  rt.log().info("perdure: run {} forked from run {} at journal index {} ({} "
-                "entries copied)",
-                opts.id, id, out.from, out.copied);
   return opts.id;
+}
+
+bulk_result client::fork_matching(run_filter filter, fork_options opts,
+                                  bool dry_run) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  check_fork_point(opts);
+  if (!opts.id.empty())
+    throw error(errc::invalid_argument,
+                "forks by filter take fresh ids: leave fork_options::id "
+                "empty");
+  constexpr std::size_t sample_size = 10;
+  bulk_result result;
+  filter.cursor.clear();
+  // Forks made here are new runs the listing may show on a later page:
+  // they are not forked again.
+  std::unordered_set<std::string> made;
+  for (;;) {
+    auto page = rt.svc.stores->with(
+      [&](persistence::store& db) { return db.list_runs(filter); });
+    for (auto& run : page.runs) {
+      if (made.count(run.id) > 0)
+        continue;
+      ++result.matched;
+      if (result.sample.size() < sample_size)
+        result.sample.push_back(run.id);
+      if (dry_run)
+        continue;
+      opts.id = detail::random_id();
+      auto out = fork_one(rt, run.id, opts);
+      using result_kind = persistence::run_store::fork_outcome::result;
+      if (out.what == result_kind::forked) {
+        ++result.done;
+        made.insert(opts.id);
+        result.created.emplace_back(run.id, opts.id);
+      } else if (out.what == result_kind::refused) {
+        result.refused.emplace_back(run.id, not_forkable(run.id, out.why));
+      }
+    }
+    if (page.next_cursor.empty())
+      return result;
+    filter.cursor = std::move(page.next_cursor);
+  }
 }
 
 std::vector<version_report> client::versions() {
@@ -323,14 +442,16 @@ std::vector<version_report> client::versions() {
 }
 
 std::int64_t client::move_runs(const std::string& from_version,
-                               const std::string& to_version) {
+                               const std::string& to_version,
+                               const std::string& reason) {
   auto& rt = *impl_;
   detail::runtime_impl::client_call call{rt};
   if (from_version == to_version)
     throw error(errc::invalid_argument,
                 "move runs between two different app versions");
   auto moved = rt.svc.stores->with([&](persistence::store& db) {
-    return db.move_runs(from_version, to_version, rt.svc.clock->now_ms());
+    return db.move_runs(from_version, to_version, rt.svc.clock->now_ms(),
+                        reason);
   });
   rt.log().info("perdure: {} runs moved from app version '{}' to '{}'",
                 moved, from_version, to_version);

@@ -41,6 +41,8 @@ struct resume_options {
   /// Re-stamps the run with this app version (processes of that version
   /// claim it); unset: it keeps its own.
   std::optional<std::string> app_version;
+  /// Why, for the run's history (a `resume` entry says what was done).
+  std::string reason;
 };
 
 /// What a bulk action by filter did, or would do (`dry_run`).
@@ -53,6 +55,8 @@ struct bulk_result {
   std::vector<std::string> sample{};
   /// Runs matched but refused, and why (e.g. queue items).
   std::vector<std::pair<std::string, std::string>> refused{};
+  /// `fork_matching`: the runs it started, as (source, fork) ids.
+  std::vector<std::pair<std::string, std::string>> created{};
 };
 
 /// Where `client::fork` starts the new run. At most one of the three
@@ -70,6 +74,8 @@ struct fork_options {
   /// The new run's app version (processes of that version claim it);
   /// unset: the source's.
   std::optional<std::string> app_version;
+  /// Why, for both runs' histories (a `fork` and a `forked` entry).
+  std::string reason;
 };
 
 /// Starts, signals, watches and lists workflow runs without running any:
@@ -124,7 +130,9 @@ public:
   void cancel(const std::string& id);
 
   /// Puts run `id`, ended ERROR, CANCELLED or RETRIES_EXCEEDED, or BLOCKED,
-  /// back to work under the same id, e.g. once a bug is fixed: its end is
+  /// back to work under the same id, e.g. once a bug is fixed (a queue
+  /// item's DEAD_LETTER goes back to its queue, as `queues::requeue`
+  /// does); its history records when and `opts.reason`. Its end is
   /// cleared, and a runtime that can run it adopts it, replaying its
   /// journal on the code it runs now; a handle's `get()` then waits for its
   /// new end. A run that ended ERROR forgets from the last step (or
@@ -132,9 +140,10 @@ public:
   /// but a transaction that committed is taken as recorded, not committed
   /// twice; a saga that compensated after that failure ends as it did. A
   /// cancelled, RETRIES_EXCEEDED or BLOCKED run keeps its whole journal. A
-  /// deadline that passed is dropped. Throws `not_found` for an unknown id and `invalid_argument` for a
-  /// run in another status, a queue item (requeue its dead letter) or an
-  /// object invocation.
+  /// deadline that passed is dropped. Throws `not_found` for an unknown
+  /// id, `invalid_argument` for a run in another status or an object
+  /// invocation, and `conflicting_id` for a dead letter whose dedup id
+  /// another item holds now.
   void resume(const std::string& id, resume_options opts = {});
 
   /// Starts a new run of run `id`'s workflow and inputs whose journal is
@@ -149,36 +158,59 @@ public:
   /// object invocation.
   std::string fork(const std::string& id, fork_options opts = {});
 
-  /// `resume` of every run `filter` matches that ended ERROR, CANCELLED or
-  /// RETRIES_EXCEEDED, or is BLOCKED (a filter without a status takes all
-  /// four), each in its own transaction, walking the listing page by page
-  /// (`filter.limit` a page; its cursor is ignored). `dry_run`: counts and
-  /// samples them and changes nothing.
+  /// `resume` of every run `filter` matches that ended ERROR, CANCELLED,
+  /// RETRIES_EXCEEDED or DEAD_LETTER, or is BLOCKED (a filter without a
+  /// status takes all five), each in its own transaction, walking the
+  /// listing page by page (`filter.limit` a page; its cursor is ignored).
+  /// `dry_run`: counts and samples them and changes nothing (it counts
+  /// too what the store would refuse: a queue item that is not a dead
+  /// letter, an object invocation).
   bulk_result resume_matching(run_filter filter, resume_options opts = {},
                               bool dry_run = false);
+
+  /// `fork` of every run `filter` matches (any status but object
+  /// invocations), each from the point `opts` names and under a fresh id
+  /// (`opts.id` must be empty), walking the listing page by page.
+  /// `created` pairs each source with its fork; a run the point does not
+  /// fit is in `refused`, with why. `dry_run`: counts and samples the
+  /// runs and changes nothing.
+  bulk_result fork_matching(run_filter filter, fork_options opts = {},
+                            bool dry_run = false);
 
   /// Returns every app version that processes ran or unended work carries:
   /// its live processes, its PENDING, ENQUEUED and BLOCKED work and the
   /// oldest of it, and whether that work is stranded (no live process of
-  /// the version). Runtimes refresh it at each takeover pass.
+  /// the version). Runtimes note their own version, and warn of stranded
+  /// work, at their takeover passes (at most once a lease).
   std::vector<version_report> versions();
 
   /// Re-stamps the PENDING and BLOCKED runs (and queue items waiting in
   /// their queue) of app version `from_version` with `to_version`, for
   /// processes of that version to run: e.g. runs stranded on a version
   /// that is gone, once the new code replays them. Object invocations are
-  /// not moved. Returns how many runs moved.
+  /// not moved. Each run's history records the move and `reason`.
+  /// Returns how many runs moved.
   std::int64_t move_runs(const std::string& from_version,
-                         const std::string& to_version);
+                         const std::string& to_version,
+                         const std::string& reason = {});
 
   /// Returns one page of runs matching `filter`, newest first (id, name,
   /// status, executor, times, error). Throws `invalid_argument` for a bad
   /// limit or cursor.
   run_page list_runs(const run_filter& filter = {});
 
-  /// Returns what run `id` recorded, in journal order (see `step_record`).
-  /// Throws `not_found` for an unknown id.
+  /// Returns what run `id` recorded, in journal order (see `step_record`),
+  /// with what was done to it from outside (resumed, forked, moved: index
+  /// -1, outcome `event`) among the entries, before those recorded from
+  /// its millisecond on. Throws `not_found` for an unknown id.
   std::vector<step_record> history(const std::string& id);
+
+  /// Returns run `id` as JSON: its workflow, inputs and whole journal
+  /// (payloads as stored: JSON text, or base64 for binary ones), for
+  /// `perdure::testing::replay` to check that new code still replays it
+  /// (see perdure/testing/replay.hpp), or for a bug report. Throws
+  /// `not_found` for an unknown id.
+  std::string export_run(const std::string& id);
 
   // -- virtual objects --------------------------------------------------------
 

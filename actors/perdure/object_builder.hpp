@@ -2,10 +2,18 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "perdure/detail/object_entry.hpp"
 
 namespace perdure {
+
+/// How a handler is registered (`object_builder::handler`).
+struct handler_options {
+  /// The patches its code asks about (`patched`, `deprecated_patch`), as
+  /// `workflow_options::patches`: a `patched` of a patch not listed throws.
+  std::vector<std::string> patches;
+};
 
 /// Adds handlers to a virtual object type (see `runtime::register_object`).
 template <class State>
@@ -19,9 +27,10 @@ public:
   /// key; it may change the state), or the same taking a
   /// `shared_object_context<State>&` (shared: read-only, concurrent).
   template <class F>
-  object_builder& handler(std::string name, F fn) {
-    entry_->handlers[std::move(name)]
-      = detail::make_handler_entry<State>(std::move(fn));
+  object_builder& handler(std::string name, F fn, handler_options opts = {}) {
+    auto entry = detail::make_handler_entry<State>(std::move(fn));
+    entry.patches = std::move(opts.patches);
+    entry_->handlers[std::move(name)] = std::move(entry);
     return *this;
   }
 

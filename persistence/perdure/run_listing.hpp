@@ -44,16 +44,22 @@ struct run_info {
 
 /// One durable operation of a run as its journal recorded it (`history`):
 /// for operators, what each step did and, for a saga, what was undone
-/// (its compensations are steps named `undo:<step>`).
+/// (its compensations are steps named `undo:<step>`). Or an event: what
+/// was done to the run from outside (outcome `event`).
 struct step_record {
-  /// The journal index.
+  /// The journal index (a patch taken: below -1; an event: -1).
   std::int32_t seq = 0;
-  /// `step`, `transaction`, `sleep`, `await`, `child`, `phase`, ...
+  /// `step`, `transaction`, `sleep`, `await`, `child`, `phase`, `patch`,
+  /// ...; an event: `resume`, `fork` (this run is a fork), `forked` (a
+  /// fork was made of it) or `move` (its app version changed).
   std::string kind{};
+  /// What it is called; an event: what was done.
   std::string name{};
-  /// `value`, or how it failed: `failed` (after its retries), `terminal`.
+  /// `value`, or how it failed: `failed` (after its retries), `terminal`;
+  /// `event` for an event.
   std::string outcome{};
-  /// The recorded result (JSON unless the binary encoding was chosen).
+  /// The recorded result (JSON unless the binary encoding was chosen); an
+  /// event: the reason given.
   std::string payload{};
   std::string error{};
   std::chrono::system_clock::time_point at{};

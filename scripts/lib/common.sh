@@ -8,7 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PERDURE_PACKAGES=(
   g++ cmake make pkg-config ccache
   libcaf-dev libpqxx-dev libcereal-dev libspdlog-dev libsqlite3-dev
-  googletest libgtest-dev libbenchmark-dev
+  googletest libgtest-dev libbenchmark-dev nlohmann-json3-dev
   postgresql sqlite3 bsdextrautils
 )
 

@@ -2,6 +2,7 @@
 // writes and claims fenced, epochs that never come back, runs a holder
 // cannot run given up.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -61,6 +62,57 @@ TEST_F(lease_test, a_held_id_is_refused_and_the_holder_keeps_it) {
   ASSERT_TRUE(renewed.has_value())
     << "the refused request changed the holder's lease";
   EXPECT_TRUE(renewed->locked);
+}
+
+// A review found the patch rule tested only through a runtime that gave
+// the run back at once: here every claim path, on both stores, must leave
+// a run that took a patch to a filter that declares it.
+TEST_F(lease_test, a_run_that_took_a_patch_is_claimed_only_where_it_is_declared) {
+  auto x = open_holder();
+  x.epoch->store(x.db->acquire_lease(request("x")));
+  const claim_filter old_code{.names = {"wf"}, .app_version = ""};
+  const claim_filter new_code{.names = {"wf", "wf\x1e" "carrier"},
+                              .app_version = ""};
+  ASSERT_TRUE(store_->create_run(run_of("plain", "x")).created);
+  ASSERT_TRUE(store_->create_run(run_of("patched", "x")).created);
+  append_write marker;
+  marker.owner = {"x", 1};
+  marker.entry = {.run_id = "patched", .seq = -2, .kind = entry_kind::patch,
+                  .name = "carrier", .payload = "0"};
+  ASSERT_TRUE(x.db->write_batch({.appends = {marker}, .completions = {}})
+                .appends.at(0));
+  auto ids = [](const std::vector<run_record>& runs) {
+    std::vector<std::string> out;
+    for (auto& r : runs)
+      out.push_back(r.id);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  using ids_t = std::vector<std::string>;
+  // Recovery of its own runs.
+  EXPECT_EQ(ids(x.db->claim_pending_runs("x", old_code, 3000)),
+            ids_t{"plain"});
+  EXPECT_EQ(ids(x.db->claim_pending_runs("x", new_code, 3000)),
+            (ids_t{"patched", "plain"}));
+  // One run, as a notice has it claimed.
+  EXPECT_FALSE(x.db->claim_run("patched", "x", old_code, false, true));
+  EXPECT_TRUE(x.db->claim_run("patched", "x", new_code, false, true));
+  // Given up by code that lacks it, for others to take over.
+  EXPECT_EQ(x.db->count_unclaimable("x", old_code), 1);
+  EXPECT_EQ(x.db->count_unclaimable("x", new_code), 0);
+  EXPECT_EQ(x.db->release_unclaimable("x", new_code), 0);
+  EXPECT_EQ(x.db->release_unclaimable("x", old_code), 1);
+  EXPECT_EQ(store_->get_run("patched")->owner.executor, "");
+  EXPECT_TRUE(x.db->take_over("x", old_code, std::nullopt, 3000).empty())
+    << "taken over by code without its patch";
+  EXPECT_EQ(ids(x.db->take_over("x", new_code, std::nullopt, 3000)),
+            ids_t{"patched"});
+  // BLOCKED, then tried again by a newer process.
+  auto run = store_->get_run("patched");
+  ASSERT_TRUE(x.db->block_run(run->owner, "patched", "diverged", 1000, 2000));
+  EXPECT_TRUE(x.db->claim_blocked("x", old_code, 5000, 10).empty());
+  EXPECT_EQ(ids(x.db->claim_blocked("x", new_code, 5000, 10)),
+            ids_t{"patched"});
 }
 
 TEST_F(lease_test, a_lapsed_holder_is_fenced_and_its_epoch_never_returns) {

@@ -25,7 +25,7 @@ TEST_F(store_test, reports_its_dialect) {
 TEST_F(store_test, migrations_are_versioned_and_idempotent) {
   // PostgreSQL skips 4 (SQLite's notices table; it has NOTIFY), SQLite 6
   // (PostgreSQL's lease epoch sequence; one runtime per file needs none).
-  auto latest = 12;
+  auto latest = 13;
   EXPECT_EQ(store_->schema_version(), latest);
   store_->migrate();
   auto other = open_store(db_.store_options());
@@ -328,7 +328,7 @@ TEST_F(store_test, resuming_a_blocked_saga_keeps_its_cancel_request) {
   ASSERT_EQ(signalled.size(), 1u);
   EXPECT_TRUE(signalled[0].signalled);
   EXPECT_EQ(store_->get_run("saga")->status, run_status::blocked);
-  auto out = store_->resume_run("saga", std::nullopt, 4000);
+  auto out = store_->resume_run("saga", std::nullopt, 4000, "test");
   EXPECT_TRUE(out.resumed);
   auto run = store_->get_run("saga");
   EXPECT_EQ(run->status, run_status::pending);

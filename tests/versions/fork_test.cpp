@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <vector>
 #include <string>
 
 #include "perdure/perdure.hpp"
@@ -77,6 +79,52 @@ TEST_F(fork_test, a_failed_run_forked_at_its_failure_runs_only_the_rest) {
   EXPECT_EQ(b_.load(), 1);
   EXPECT_EQ(c_.load(), 2);
   EXPECT_EQ(h.status(), run_status::error) << "the source is untouched";
+}
+
+TEST_F(fork_test, failed_runs_fork_by_filter_after_a_dry_run) {
+  runtime rt{db_.runtime_config("local")};
+  register_abc(rt);
+  rt.start();
+  std::vector<workflow_handle<int>> failed;
+  for (int i = 0; i < 12; ++i)
+    failed.push_back(rt.start_workflow<int>("abc"));
+  for (auto& h : failed)
+    EXPECT_THROW(h.get(10s), perdure::error);
+  fixed_ = true;
+  run_filter errors{.status = run_status::error, .limit = 5};
+  auto look = rt.fork_matching(errors, {.from_last_failure = true}, true);
+  EXPECT_EQ(look.matched, 12);
+  EXPECT_EQ(look.done, 0);
+  EXPECT_EQ(look.sample.size(), 10u);
+  EXPECT_TRUE(look.created.empty()) << "a dry run changes nothing";
+  EXPECT_THROW(rt.fork_matching(errors, {.id = "same"}), perdure::error)
+    << "forks by filter take fresh ids";
+  auto did = rt.fork_matching(
+    errors, {.from_last_failure = true, .reason = "c fixed"});
+  EXPECT_EQ(did.done, 12);
+  ASSERT_EQ(did.created.size(), 12u);
+  for (auto& [source, fork] : did.created) {
+    EXPECT_GT(rt.retrieve_workflow<int>(fork).get(10s), 100) << fork;
+    EXPECT_EQ(rt.retrieve_workflow<int>(source).status(), run_status::error);
+    // Both histories say so, with the reason.
+    auto of_fork = rt.history(fork);
+    auto ev = std::find_if(of_fork.begin(), of_fork.end(),
+                           [](auto& s) { return s.outcome == "event"; });
+    ASSERT_NE(ev, of_fork.end());
+    EXPECT_EQ(ev->kind, "fork");
+    EXPECT_EQ(ev->payload, "c fixed");
+    EXPECT_NE(ev->name.find("forked from '" + source + "' before index 2"),
+              std::string::npos)
+      << ev->name;
+    auto of_source = rt.history(source);
+    ev = std::find_if(of_source.begin(), of_source.end(),
+                      [](auto& s) { return s.outcome == "event"; });
+    ASSERT_NE(ev, of_source.end());
+    EXPECT_EQ(ev->kind, "forked");
+    EXPECT_NE(ev->name.find("'" + fork + "'"), std::string::npos) << ev->name;
+  }
+  EXPECT_EQ(a_.load(), 12) << "each fork replayed a and b";
+  EXPECT_EQ(c_.load(), 24);
 }
 
 TEST_F(fork_test, a_fork_starts_at_an_index_or_a_step_name_and_refuses_clearly) {

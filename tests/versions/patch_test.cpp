@@ -189,6 +189,46 @@ TEST_F(patch_test, a_resumed_run_keeps_the_patch_it_took) {
   EXPECT_EQ(old_booked_.load(), 0);
 }
 
+struct account {
+  std::int64_t balance = 0;
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(balance);
+  }
+};
+
+TEST_F(patch_test, an_object_handler_takes_a_patch_it_declares) {
+  runtime rt{db_.runtime_config("local")};
+  rt.register_object<account>("account")
+    .handler(
+      "deposit",
+      [](object_context<account>& ctx, std::int64_t n) -> task<std::int64_t> {
+        if (co_await ctx.patched("fee"))
+          n -= co_await ctx.step("fee", [] { return std::int64_t{1}; });
+        ctx.state().balance += n;
+        co_return ctx.state().balance;
+      },
+      {.patches = {"fee"}})
+    .handler("drifted", [](object_context<account>& ctx) -> task<bool> {
+      co_return co_await ctx.patched("never-declared");
+    });
+  rt.start();
+  auto h = rt.send<std::int64_t>("account", "a1", "deposit", std::int64_t{10});
+  EXPECT_EQ(h.get(10s), 9);
+  auto history = rt.history(h.id());
+  ASSERT_FALSE(history.empty());
+  EXPECT_EQ(history.front().kind, "patch") << "its marker, as a workflow's";
+  EXPECT_EQ(history.front().name, "fee");
+  try {
+    rt.call<bool>("account", "a1", "drifted");
+    FAIL() << "an undeclared patch was taken";
+  } catch (const perdure::error& ex) {
+    EXPECT_NE(std::string{ex.what()}.find("handler_options::patches"),
+              std::string::npos)
+      << ex.what();
+  }
+}
+
 TEST_F(patch_test, an_undeclared_patch_is_a_clear_error) {
   runtime rt{db_.runtime_config("local")};
   rt.register_workflow("drifted", [](workflow_context& ctx) -> task<int> {

@@ -3,12 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "perdure/perdure.hpp"
+#include "perdure/queues/queue.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -52,13 +54,63 @@ TEST_F(resume_test, a_failed_run_resumes_under_its_id_and_replays_what_completed
   fixed_ = true;
   // From a client process, as an operator would.
   client operator_client{db_.runtime_config("ops")};
-  operator_client.resume(h.id());
+  operator_client.resume(h.id(), {.reason = "card bug fixed in 1.4.2"});
   EXPECT_EQ(h.get(10s), 11);
   EXPECT_EQ(h.status(), run_status::success);
   EXPECT_EQ(reserved_.load(), 1) << "a completed step is replayed, not run";
   EXPECT_EQ(charged_.load(), 2) << "the failed step runs again";
-  for (auto& s : rt.history(h.id()))
+  auto history = rt.history(h.id());
+  for (auto& s : history)
     EXPECT_TRUE(s.error.empty()) << "the failed tail was dropped: " << s.name;
+  // The history says when it was resumed, why, and what it forgot, between
+  // what it kept and what ran again.
+  auto at = [&](auto pred) {
+    return std::find_if(history.begin(), history.end(), pred)
+           - history.begin();
+  };
+  auto event = at([](auto& s) { return s.outcome == "event"; });
+  ASSERT_LT(event, std::ssize(history));
+  EXPECT_EQ(history[event].kind, "resume");
+  EXPECT_EQ(history[event].payload, "card bug fixed in 1.4.2");
+  EXPECT_NE(history[event].name.find("from ERROR, forgetting 1 journal "
+                                     "entries from index 1"),
+            std::string::npos)
+    << history[event].name;
+  EXPECT_LT(at([](auto& s) { return s.name == "reserve"; }), event);
+  EXPECT_GT(at([](auto& s) { return s.name == "charge"; }), event);
+}
+
+TEST_F(resume_test, a_dead_letter_resumes_into_its_queue) {
+  runtime rt{db_.runtime_config("local")};
+  register_pay(rt);
+  queues::register_queue(rt, "payments", {.retry = {.max_attempts = 1}});
+  rt.start();
+  auto h = queues::enqueue<int>(rt, "payments", "pay");
+  EXPECT_THROW(h.get(10s), perdure::error);
+  ASSERT_EQ(h.status(), run_status::dead_letter);
+  auto look = rt.resume_matching({.status = run_status::dead_letter}, {},
+                                 true);
+  EXPECT_EQ(look.matched, 1);
+  EXPECT_EQ(look.done, 0);
+  fixed_ = true;
+  rt.resume(h.id(), {.reason = "card bug fixed"});
+  EXPECT_EQ(h.get(10s), 11);
+  EXPECT_EQ(reserved_.load(), 1) << "its completed step is replayed";
+  auto history = rt.history(h.id());
+  auto event = std::find_if(history.begin(), history.end(),
+                            [](auto& s) { return s.outcome == "event"; });
+  ASSERT_NE(event, history.end());
+  EXPECT_EQ(event->payload, "card bug fixed");
+  EXPECT_NE(event->name.find("from DEAD_LETTER"), std::string::npos)
+    << event->name;
+  try {
+    rt.resume(h.id());
+    FAIL() << "a finished item was resumed";
+  } catch (const perdure::error& ex) {
+    EXPECT_EQ(ex.code(), errc::invalid_argument);
+    EXPECT_NE(std::string{ex.what()}.find("is SUCCESS"), std::string::npos)
+      << ex.what();
+  }
 }
 
 // A review found this: code that publishes a status before rethrowing left

@@ -76,7 +76,13 @@ TEST_F(versions_test, stranded_runs_are_reported_and_can_be_moved) {
   EXPECT_FALSE(find(all, "v2")->stranded);
 
   EXPECT_THROW(v2.move_runs("v1", "v1"), perdure::error);
-  EXPECT_EQ(v2.move_runs("v1", "v2"), 3);
+  EXPECT_EQ(v2.move_runs("v1", "v2", "v1 retired"), 3);
+  auto history = v2.history(ids.at(0));
+  ASSERT_FALSE(history.empty());
+  EXPECT_EQ(history.back().kind, "move");
+  EXPECT_EQ(history.back().outcome, "event");
+  EXPECT_EQ(history.back().name, "app version 'v1' to 'v2'");
+  EXPECT_EQ(history.back().payload, "v1 retired");
   for (auto& id : ids)
     v2.send(id, "go", 4);
   for (auto& id : ids)

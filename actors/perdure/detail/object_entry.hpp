@@ -11,6 +11,7 @@
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "perdure/detail/workflow_entry.hpp"
 #include "perdure/object_context.hpp"
@@ -61,6 +62,8 @@ struct handler_entry {
     run_core&, void* state, const std::string& key, std::string inputs,
     persistence::encoding)>
     start;
+  /// The patches its code asks about (`handler_options::patches`).
+  std::vector<std::string> patches;
 };
 
 /// A registered virtual object type.

@@ -5,6 +5,8 @@
 
 #include <coroutine>
 #include <cstdint>
+#include <deque>
+#include <unordered_map>
 #include <functional>
 #include <algorithm>
 #include <map>
@@ -177,6 +179,17 @@ public:
     (*recorded_)[seq] = std::move(e);
   }
 
+  /// Takes the journal read when the run starts: a retried or resumed
+  /// run's entries sorted into what this attempt replays and what it
+  /// carries (see `persistence::detail::new_attempt_marker`), patch
+  /// markers noted, the rest recorded. An unreadable row sets `fatal`.
+  void load_journal(std::vector<persistence::journal_entry> journal);
+
+  /// Returns the next outcome an earlier attempt committed for
+  /// transaction `name` (taken instead of a second commit), if any.
+  std::optional<persistence::journal_entry>
+  take_carried(const std::string& name);
+
   /// Removes and returns the recorded outcome of `seq`.
   persistence::journal_entry take(std::int32_t seq);
 
@@ -227,6 +240,14 @@ public:
   }
 
 protected:
+  /// The code asks for `kind` `name` at `seq`, where the journal recorded
+  /// `recorded` (called before the non-determinism error is thrown).
+  virtual void diverged(std::int32_t seq, persistence::entry_kind kind,
+                        const std::string& name,
+                        const persistence::journal_entry& recorded) {
+    (void)seq, (void)kind, (void)name, (void)recorded;
+  }
+
   /// Whether the run's workflow declared patch `name` at registration.
   virtual bool declares_patch(const std::string& name) const = 0;
   /// Notes a patch marker read from the journal (or just durable).
@@ -258,8 +279,17 @@ protected:
   /// `second`, past what earlier attempts used. Null for other runs.
   std::unique_ptr<std::vector<std::pair<std::int32_t, std::int32_t>>> jumps_;
 
+  /// A retried item's (or resumed run's) transactional steps that
+  /// committed in an earlier attempt, by name, in journal order: this
+  /// attempt takes their results instead of committing again. Null for
+  /// other runs.
+  std::unique_ptr<
+    std::unordered_map<std::string, std::deque<persistence::journal_entry>>>
+    carried_;
+
 private:
   std::int32_t next_seq_jumping() noexcept;
+  void load_attempts(std::vector<persistence::journal_entry>& journal);
 };
 
 /// Holds off a saga's cancellation while it lives (see

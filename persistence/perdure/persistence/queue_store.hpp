@@ -128,8 +128,10 @@ public:
   /// (its journal as `retry_item` leaves it) and announces it. Returns the
   /// item, or nothing if it is not a dead letter. Throws
   /// `conflicting_id` if another item holds its dedup id now.
+  /// A `resume` event records it, with `reason`.
   virtual std::optional<run_record> requeue(std::string_view id,
-                                            std::int64_t at_ms)
+                                            std::int64_t at_ms,
+                                            std::string_view reason)
     = 0;
 
   /// Returns queue `queue`'s counts (`now_ms`: what is ready).

@@ -80,13 +80,26 @@ public:
   /// Returns every app version seen or carried by unended work (see
   /// `version_report`), by version.
   virtual std::vector<version_report> versions() = 0;
-  /// Re-stamps the PENDING and BLOCKED runs (and ENQUEUED queue items) of
-  /// app version `from` with `to`: PENDING runs lose their owner (a process
-  /// of `to` adopts them), BLOCKED ones may be tried by any process of
+  /// Re-stamps the PENDING and BLOCKED runs (and queue items, ENQUEUED or
+  /// PENDING) of app version `from` with `to`: PENDING ones no live process
+  /// holds lose their owner (a process of `to` adopts them), BLOCKED ones may be tried by any process of
   /// `to`; every process is told. Not object invocations (their key's
   /// owner runs them). Returns how many.
+  /// Each run moved gets a `move` event saying so, with `reason`.
   virtual std::int64_t move_runs(std::string_view from, std::string_view to,
-                                 std::int64_t at_ms) = 0;
+                                 std::int64_t at_ms, std::string_view reason)
+    = 0;
+
+  /// Something done to a run from outside its code (resumed, forked,
+  /// moved), when, and the operator's reason (see `run_events`).
+  struct run_event {
+    std::int64_t at_ms = 0;
+    std::string kind;   ///< `resume`, `fork`, `forked`, `move`
+    std::string detail; ///< what was done, e.g. what a resume forgot
+    std::string reason; ///< why, as the operator said (may be empty)
+  };
+  /// Returns run `run_id`'s events, oldest first.
+  virtual std::vector<run_event> run_events(std::string_view run_id) = 0;
 
   /// Where a fork starts (see `fork_run`).
   struct fork_request {
@@ -100,6 +113,8 @@ public:
     bool from_last_failure = false;
     std::optional<std::string> app_version;
     std::int64_t at_ms = 0;
+    /// Recorded with the fork on both runs (`run_events`).
+    std::string reason;
   };
   struct fork_outcome {
     enum class result { forked, not_found, id_taken, refused };
@@ -128,7 +143,8 @@ public:
   /// runtimes told (run_created, on commit), its app version set to
   /// `app_version` if given. Queue items and object invocations are not
   /// resumed here. Returns the status it had (nullopt: no such run);
-  /// `resumed` says whether it went back to work.
+  /// `resumed` says whether it went back to work; a `resume` event
+  /// records it, with `reason`.
   struct resume_outcome {
     std::optional<run_status> was;
     bool resumed = false;
@@ -136,7 +152,7 @@ public:
   };
   virtual resume_outcome resume_run(std::string_view run_id,
                                     std::optional<std::string_view> app_version,
-                                    std::int64_t at_ms)
+                                    std::int64_t at_ms, std::string_view reason)
     = 0;
 
   /// Claims for `executor` the BLOCKED runs `filter` lets it run that were

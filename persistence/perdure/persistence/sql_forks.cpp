@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "perdure/persistence/detail/shared_sql.hpp"
+#include "perdure/persistence/detail/sql/run_events.hpp"
 #include "perdure/persistence/detail/sql/sql_tx.hpp"
 #include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/sql_store.hpp"
@@ -32,20 +33,57 @@ struct cut {
   std::string why;
 };
 
+/// The source's journal changed between reading and copying it.
+struct journal_changed {};
+
+/// A retry's jump (a queue item's new attempt, a resume): the attempt
+/// marker at `marker` says the indexes from `from` on were forgotten
+/// (but committed transactions, kept and taken by name); the new attempt
+/// records after the marker.
+struct jump {
+  std::int32_t from = 0, marker = 0;
+};
+
+std::vector<jump> jumps_of(const std::vector<entry_head>& journal) {
+  std::vector<jump> out;
+  for (auto& e : journal)
+    if (e.seq >= 0 && e.kind == "phase" && e.name == "attempt")
+      out.push_back({std::atoi(e.small_payload.c_str()), e.seq});
+  return out;
+}
+
 cut choose_cut(const run_store::fork_request& req,
                const std::vector<entry_head>& journal) {
   std::int32_t end = 0;
   for (auto& e : journal)
     if (e.seq >= 0)
       end = e.seq + 1;
-  auto op = [](const entry_head& e) {
-    return e.seq >= 0 && (e.kind == "step" || e.kind == "transaction");
+  auto jumps = jumps_of(journal);
+  auto forgotten = [&](std::int32_t seq) {
+    return std::any_of(jumps.begin(), jumps.end(), [&](const jump& j) {
+      return seq >= j.from && seq < j.marker;
+    });
+  };
+  // Only what the run's last attempt replays: a transaction a retry kept
+  // is taken by name, not where it sits.
+  auto op = [&](const entry_head& e) {
+    return e.seq >= 0 && (e.kind == "step" || e.kind == "transaction")
+           && !forgotten(e.seq);
   };
   if (req.from_step) {
     if (*req.from_step < 0 || *req.from_step > end)
       return {0, "index " + std::to_string(*req.from_step)
                    + " is outside its journal (indexes 0 to "
                    + std::to_string(end) + "): see its history"};
+    for (auto& j : jumps)
+      if (*req.from_step > j.from && *req.from_step <= j.marker)
+        return {0, "indexes " + std::to_string(j.from) + " to "
+                     + std::to_string(j.marker - 1)
+                     + " were forgotten by a retry or resume (its marker is "
+                       "at index "
+                     + std::to_string(j.marker) + "): fork from index "
+                     + std::to_string(j.from) + " or before, or after "
+                     + std::to_string(j.marker)};
     return {*req.from_step, {}};
   }
   if (req.from_step_name) {
@@ -105,9 +143,11 @@ std::string cut_refusal(const std::vector<entry_head>& journal,
   return {};
 }
 
-} // namespace
-
-run_store::fork_outcome sql_store::fork_run(const fork_request& req) {
+/// One try of `fork_run` in `tx`; throws `journal_changed` if the source
+/// wrote meanwhile.
+run_store::fork_outcome fork_in(sql_tx& tx,
+                                const run_store::fork_request& req) {
+  using fork_outcome = run_store::fork_outcome;
   static const sql_query source{
     "fork_source",
     "SELECT CASE WHEN object_type IS NULL THEN 0 ELSE 1 END FROM {s}runs "
@@ -133,56 +173,86 @@ run_store::fork_outcome sql_store::fork_run(const fork_request& req) {
       + ", outcome, payload, error, created_at FROM {s}journal WHERE run_id "
         "= $1 AND seq >= $3 AND seq < $4"};
   fork_outcome out;
-  write([&](sql_tx& tx) {
-    out = fork_outcome{};
-    auto invocation = tx.first(source, {std::string_view{req.source_id}},
-                               [](const sql_row& r) { return r.int64(0); });
-    if (!invocation)
-      return;
-    out.what = fork_outcome::result::refused;
-    if (*invocation) {
-      out.why = "it is an object invocation: call the object again";
-      return;
-    }
-    std::vector<entry_head> journal;
-    tx.run(heads, {std::string_view{req.source_id}}, [&](const sql_row& r) {
-      journal.push_back({static_cast<std::int32_t>(r.int64(0)), r.text(1),
-                         r.text(2), r.is_null(4) ? std::string{} : r.bytes(4),
-                         r.int64(3)});
-    });
-    auto at = choose_cut(req, journal);
-    if (at.why.empty())
-      at.why = cut_refusal(journal, at.from);
-    if (!at.why.empty()) {
-      out.why = std::move(at.why);
-      return;
-    }
-    // The saga phase at the cut, and the patches taken before it (taken
-    // in order, so the markers to copy are -1 down to -k).
-    std::optional<std::string> phase;
-    std::int32_t lowest = 0;
-    for (auto& e : journal) {
-      if (e.seq >= 0 && e.seq < at.from && e.kind == "phase"
-          && e.name == "saga")
-        phase = e.small_payload;
-      if (e.kind == "patch" && std::atoi(e.small_payload.c_str()) < at.from)
-        lowest = std::min(lowest, e.seq);
-    }
-    std::optional<std::string> version = req.app_version;
-    if (tx.run(create, {std::string_view{req.source_id},
-                        std::string_view{req.new_id}, detail::or_null(version),
-                        req.at_ms, detail::or_null(phase)})
-        != 1) {
-      out.what = fork_outcome::result::id_taken;
-      return;
-    }
-    out.copied = tx.run(copy, {std::string_view{req.source_id},
-                               std::string_view{req.new_id}, lowest, at.from});
-    out.from = at.from;
-    out.what = fork_outcome::result::forked;
-    tx.notify(notice::created(req.new_id).encode());
+  auto invocation = tx.first(source, {std::string_view{req.source_id}},
+                             [](const sql_row& r) { return r.int64(0); });
+  if (!invocation)
+    return out;
+  out.what = fork_outcome::result::refused;
+  if (*invocation) {
+    out.why = "it is an object invocation: call the object again";
+    return out;
+  }
+  std::vector<entry_head> journal;
+  tx.run(heads, {std::string_view{req.source_id}}, [&](const sql_row& r) {
+    journal.push_back({static_cast<std::int32_t>(r.int64(0)), r.text(1),
+                       r.text(2), r.is_null(4) ? std::string{} : r.bytes(4),
+                       r.int64(3)});
   });
+  auto at = choose_cut(req, journal);
+  if (at.why.empty())
+    at.why = cut_refusal(journal, at.from);
+  if (!at.why.empty()) {
+    out.why = std::move(at.why);
+    return out;
+  }
+  // The saga phase at the cut, and the patches taken before it (taken
+  // in order, so the markers to copy are -2 down to the lowest).
+  std::optional<std::string> phase;
+  std::int32_t lowest = 0;
+  for (auto& e : journal) {
+    if (e.seq >= 0 && e.seq < at.from && e.kind == "phase"
+        && e.name == "saga")
+      phase = e.small_payload;
+    if (e.kind == "patch" && std::atoi(e.small_payload.c_str()) < at.from)
+      lowest = std::min(lowest, e.seq);
+  }
+  std::optional<std::string> version = req.app_version;
+  if (tx.run(create, {std::string_view{req.source_id},
+                      std::string_view{req.new_id}, detail::or_null(version),
+                      req.at_ms, detail::or_null(phase)})
+      != 1) {
+    out.what = fork_outcome::result::id_taken;
+    return out;
+  }
+  out.copied = tx.run(copy, {std::string_view{req.source_id},
+                             std::string_view{req.new_id}, lowest, at.from});
+  // The copy reads the journal again (a statement of its own on
+  // PostgreSQL): rows committed since `heads` (parallel operations of a
+  // running source) would be copied unchecked. Then try again.
+  auto read = std::count_if(journal.begin(), journal.end(), [&](auto& e) {
+    return e.seq >= lowest && e.seq < at.from;
+  });
+  if (out.copied != read)
+    throw journal_changed{};
+  out.from = at.from;
+  out.what = fork_outcome::result::forked;
+  auto before = " before index " + std::to_string(at.from) + " ("
+                + std::to_string(out.copied) + " journal entries copied)";
+  detail::record_run_event(tx, req.new_id, req.at_ms, "fork",
+                           "forked from '" + req.source_id + "'" + before,
+                           req.reason);
+  detail::record_run_event(tx, req.source_id, req.at_ms, "forked",
+                           "forked as '" + req.new_id + "'" + before,
+                           req.reason);
+  tx.notify(notice::created(req.new_id).encode());
   return out;
+}
+
+} // namespace
+
+run_store::fork_outcome sql_store::fork_run(const fork_request& req) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      fork_outcome out;
+      write([&](sql_tx& tx) { out = fork_in(tx, req); });
+      return out;
+    } catch (const journal_changed&) {
+      if (attempt == 2)
+        return {fork_outcome::result::refused,
+                "its journal kept changing while it was copied (it runs): "
+                "fork it again, or once it waits or has ended"};
+    }
+  }
 }
 
 } // namespace perdure::persistence

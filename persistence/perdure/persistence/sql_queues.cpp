@@ -5,6 +5,7 @@
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
 #include "perdure/persistence/detail/sql/rows.hpp"
+#include "perdure/persistence/detail/sql/run_events.hpp"
 #include "perdure/persistence/detail/sql/sql_tx.hpp"
 #include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/sql_store.hpp"
@@ -169,7 +170,8 @@ bool sql_store::retry_item(const fence& owner, std::string_view id,
 }
 
 std::optional<run_record> sql_store::requeue(std::string_view id,
-                                             std::int64_t at_ms) {
+                                             std::int64_t at_ms,
+                                             std::string_view reason) {
   static const sql_query requeue{
     "requeue",
     "UPDATE {s}runs SET status = 'ENQUEUED', executor = '', attempts = 0, "
@@ -181,8 +183,13 @@ std::optional<run_record> sql_store::requeue(std::string_view id,
     write([&](sql_tx& tx) {
       out = tx.first(requeue, {id, at_ms},
                      [](const sql_row& r) { return detail::read_run(r); });
-      if (out)
-        back_in_queue(tx, out->id, out->queue_name, at_ms);
+      if (!out)
+        return;
+      back_in_queue(tx, out->id, out->queue_name, at_ms);
+      detail::record_run_event(tx, id, at_ms, "resume",
+                               "from DEAD_LETTER, back in queue '"
+                                 + out->queue_name + "'",
+                               reason);
     });
   } catch (const detail::unique_violation&) {
     throw perdure::error(errc::conflicting_id,

@@ -8,6 +8,7 @@
 #include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/sql/rows.hpp"
+#include "perdure/persistence/detail/sql/run_events.hpp"
 #include "perdure/persistence/detail/sql/sql_tx.hpp"
 #include "perdure/persistence/notice.hpp"
 
@@ -120,7 +121,7 @@ sql_store::claim_pending_runs(std::string_view executor,
 run_store::resume_outcome
 sql_store::resume_run(std::string_view run_id,
                       std::optional<std::string_view> app_version,
-                      std::int64_t at_ms) {
+                      std::int64_t at_ms, std::string_view reason) {
   // A deadline that passed is dropped (it would cancel the run at once);
   // a cancelled run's request and deadline are spent.
   static const sql_query resume{
@@ -131,8 +132,9 @@ sql_store::resume_run(std::string_view run_id,
     "cancel_requested_at END, deadline = CASE WHEN status = 'CANCELLED' OR "
     "deadline <= $2 THEN NULL ELSE deadline END, blocked_code_since = NULL, "
     "app_version = COALESCE($3, app_version), updated_at = $2 WHERE id = $1 "
-    "AND status IN ('ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'BLOCKED') AND "
-    "queue_name IS NULL AND object_type IS NULL"};
+    "AND status = $4 AND status IN ('ERROR', 'CANCELLED', "
+    "'RETRIES_EXCEEDED', 'BLOCKED') AND queue_name IS NULL AND object_type "
+    "IS NULL"};
   // What failed it: the last step or transaction that failed, unless a
   // saga phase came after it (a compensated saga ends as it did).
   static const sql_query failed_at{
@@ -157,16 +159,26 @@ sql_store::resume_run(std::string_view run_id,
   resume_outcome out;
   write([&](sql_tx& tx) {
     out = resume_outcome{};
-    auto was = tx.first(status, {run_id},
-                        [](const sql_row& r) { return r.text(0); });
-    if (!was)
-      return;
-    out.was = parse_run_status(*was);
     std::optional<std::string> version;
     if (app_version)
       version = std::string{*app_version};
-    if (tx.run(resume, {run_id, at_ms, detail::or_null(version)}) != 1)
-      return;
+    // The cut depends on the status it had: it must be the one changed (a
+    // BLOCKED run claimed and ended ERROR meanwhile is read again).
+    std::optional<std::string> tried;
+    for (int tries = 0;; ++tries) {
+      auto was = tx.first(status, {run_id},
+                          [](const sql_row& r) { return r.text(0); });
+      if (!was)
+        return;
+      out.was = parse_run_status(*was);
+      if (was == tried || tries == 3) // not resumable as it is
+        return;
+      if (tx.run(resume, {run_id, at_ms, detail::or_null(version),
+                          std::string_view{*was}})
+          == 1)
+        break;
+      tried = std::move(was);
+    }
     out.resumed = true;
     // Only an ERROR was a failure escaping; any other end keeps its
     // journal whole (a failure caught before a cancel stays caught).
@@ -182,6 +194,13 @@ sql_store::resume_run(std::string_view run_id,
              {run_id, at_ms, *cut});
       out.dropped = tx.run(forget, {run_id, *cut});
     }
+    auto what = "from " + std::string{to_string(*out.was)};
+    if (cut)
+      what += ", forgetting " + std::to_string(out.dropped)
+              + " journal entries from index " + std::to_string(*cut);
+    if (version)
+      what += ", as app version '" + *version + "'";
+    detail::record_run_event(tx, run_id, at_ms, "resume", what, reason);
     tx.notify(notice::created(std::string{run_id}).encode());
   });
   return out;
@@ -232,7 +251,10 @@ std::vector<run_record> sql_store::claim_blocked(std::string_view executor,
            "1 WHERE id IN (SELECT id FROM {s}runs WHERE status = 'BLOCKED' "
            "AND blocked_code_since < $2 AND "
            + claimable(d, "$3", "$4") + " LIMIT $5) AND status = 'BLOCKED' "
-           "AND " + detail::holds_lease("{s}", "$1", "$6") + " RETURNING "
+           // Re-checked on the row itself (PostgreSQL re-reads only it):
+           // move_runs may have re-stamped it since the subquery read it.
+           "AND (app_version = '' OR app_version = $4) AND "
+           + detail::holds_lease("{s}", "$1", "$6") + " RETURNING "
            + detail::run_columns;
   });
   std::vector<run_record> runs;

@@ -49,13 +49,15 @@ public:
                                    const claim_filter& filter) override;
   resume_outcome resume_run(std::string_view run_id,
                             std::optional<std::string_view> app_version,
-                            std::int64_t at_ms) override;
+                            std::int64_t at_ms,
+                            std::string_view reason) override;
   bool release_run(const fence& owner, std::string_view run_id) override;
   fork_outcome fork_run(const fork_request& req) override;
   void note_version(std::string_view version, std::int64_t at_ms) override;
   std::vector<version_report> versions() override;
   std::int64_t move_runs(std::string_view from, std::string_view to,
-                         std::int64_t at_ms) override;
+                         std::int64_t at_ms, std::string_view reason) override;
+  std::vector<run_event> run_events(std::string_view run_id) override;
   bool block_run(const fence& owner, std::string_view run_id,
                  std::string_view why, std::int64_t code_since_ms,
                  std::int64_t at_ms) override;
@@ -96,8 +98,8 @@ public:
   bool retry_item(const fence& owner, std::string_view id,
                   std::int64_t not_before_ms, const std::string& error,
                   std::int64_t at_ms) override;
-  std::optional<run_record> requeue(std::string_view id,
-                                    std::int64_t at_ms) override;
+  std::optional<run_record> requeue(std::string_view id, std::int64_t at_ms,
+                                    std::string_view reason) override;
   queue_stats count_queue(std::string_view queue,
                           std::int64_t now_ms) override;
 

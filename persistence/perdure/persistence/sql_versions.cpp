@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "perdure/persistence/detail/sql/run_events.hpp"
 #include "perdure/persistence/detail/sql/sql_tx.hpp"
 #include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/sql_store.hpp"
@@ -83,10 +84,11 @@ std::vector<version_report> sql_store::versions() {
 }
 
 std::int64_t sql_store::move_runs(std::string_view from, std::string_view to,
-                                  std::int64_t at_ms) {
-  // A PENDING run no live process holds loses its owner (one held by a
-  // live process of `from` is its to finish: moving it would run two
-  // copies until the old one's next write is fenced); a
+                                  std::int64_t at_ms,
+                                  std::string_view reason) {
+  // A PENDING run (or queue item) no live process holds loses its owner
+  // (one held by a live process of `from` is its to finish: moving it
+  // would run two copies until the old one's next write is fenced); a
   // BLOCKED one may be tried by any process of `to` (blocked_code_since
   // 0); a queue item waiting in its queue keeps its place.
   static const sql_query q{
@@ -97,12 +99,19 @@ std::int64_t sql_store::move_runs(std::string_view from, std::string_view to,
     "blocked_code_since END, updated_at = $3 WHERE app_version = $1 AND "
     "status IN ('PENDING', 'ENQUEUED', 'BLOCKED') AND "
     "object_type IS NULL AND ((status = 'BLOCKED' AND queue_name IS NULL) "
-    "OR (status = 'PENDING' AND queue_name IS NULL AND (executor = '' OR "
+    "OR (status = 'PENDING' AND (executor = '' OR "
     "executor NOT IN (SELECT id FROM {s}executors WHERE state = 'live'))) "
-    "OR (status = 'ENQUEUED' AND queue_name IS NOT NULL))"};
+    "OR (status = 'ENQUEUED' AND queue_name IS NOT NULL)) RETURNING id"};
   std::int64_t moved = 0;
   write([&](sql_tx& tx) {
-    moved = tx.run(q, {from, to, at_ms});
+    std::vector<std::string> ids;
+    tx.run(q, {from, to, at_ms},
+           [&](const sql_row& r) { ids.push_back(r.text(0)); });
+    auto what = "app version '" + std::string{from} + "' to '"
+                + std::string{to} + "'";
+    for (auto& id : ids)
+      detail::record_run_event(tx, id, at_ms, "move", what, reason);
+    moved = static_cast<std::int64_t>(ids.size());
     if (moved > 0) // every process takes over what it now may run
       tx.notify(notice::gone("moved runs").encode());
   });

@@ -240,7 +240,7 @@ void requeue(client& c, const std::string& id) {
     throw perdure::error(errc::not_running, "the runtime is not running");
   client_gate::call call{*rt.gate};
   auto item = rt.stores->with([&](persistence::store& db) {
-    return db.requeue(id, perdure::detail::now_ms());
+    return db.requeue(id, perdure::detail::now_ms(), {});
   });
   if (!item)
     throw perdure::error(errc::not_found,

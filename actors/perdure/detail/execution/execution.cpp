@@ -125,69 +125,8 @@ void execution::init(execution_host& host, mailbox box, runtime_services& r,
     start_info{std::move(run.name), std::move(run.inputs)});
   encoding_ = rt->cfg.payload_encoding;
   max_payload_ = rt->cfg.max_payload_bytes;
-  load_attempts(journal); // a queue item's retries, a resumed run
-  for (auto& e : journal) {
-    if (e.outcome == persistence::outcome::unreadable && !fatal_)
-      fatal_ = std::make_unique<std::string>(e.error); // ends it ERROR
-    std::string{}.swap(e.run_id); // the run's id is run_id_; save the copy
-    record_outcome(std::move(e));
-  }
+  load_journal(std::move(journal));
   send_signal(mailbox_, run_signal::start, 0);
-}
-
-void execution::load_attempts(std::vector<persistence::journal_entry>& journal) {
-  // Each marker (from, to): the attempt after it forgot indexes from
-  // `from` on and goes on at `to`. What the latest attempt replays is
-  // what is left of [0, end) once every marker cut it, in order.
-  std::vector<std::pair<std::int32_t, std::int32_t>> markers;
-  for (auto& e : journal)
-    if (e.kind == persistence::entry_kind::phase && e.name == "attempt") {
-      try {
-        markers.emplace_back(std::stoi(e.payload), e.seq + 1);
-      } catch (const std::exception&) {
-        fatal_ = std::make_unique<std::string>(
-          "malformed attempt marker at journal index " + std::to_string(e.seq));
-      }
-    }
-  if (markers.empty())
-    return;
-  std::sort(markers.begin(), markers.end(),
-            [](auto& a, auto& b) { return a.second < b.second; });
-  constexpr auto end = std::numeric_limits<std::int32_t>::max();
-  std::vector<std::pair<std::int32_t, std::int32_t>> path{{0, end}};
-  for (auto [from, to] : markers) {
-    std::vector<std::pair<std::int32_t, std::int32_t>> cut;
-    for (auto [a, b] : path)
-      if (a < std::min(b, from))
-        cut.emplace_back(a, std::min(b, from));
-    cut.emplace_back(to, end);
-    path = std::move(cut);
-  }
-  jumps_ = std::make_unique<std::vector<std::pair<std::int32_t, std::int32_t>>>();
-  std::int32_t at = 0;
-  for (auto [a, b] : path) {
-    if (a != at)
-      jumps_->emplace_back(at, a);
-    at = b;
-  }
-  auto live = [&](std::int32_t seq) {
-    return std::any_of(path.begin(), path.end(),
-                       [&](auto& r) { return seq >= r.first && seq < r.second; });
-  };
-  std::vector<persistence::journal_entry> replayed;
-  for (auto& e : journal) {
-    if (e.seq < 0 || live(e.seq)) { // patch markers are outside the indexes
-      replayed.push_back(std::move(e));
-    } else if (e.kind == persistence::entry_kind::transaction
-               && e.outcome == persistence::outcome::value) {
-      if (!carried_)
-        carried_ = std::make_unique<std::unordered_map<
-          std::string, std::deque<persistence::journal_entry>>>();
-      auto name = e.name;
-      (*carried_)[name].push_back(std::move(e));
-    }
-  }
-  journal = std::move(replayed);
 }
 
 void execution::perform(operation next, std::coroutine_handle<> h) {
@@ -213,17 +152,14 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
     else
       return cancel_operation();
   }
-  if (op->kind == persistence::entry_kind::transaction && carried_
+  if (op->kind == persistence::entry_kind::transaction
       && !find_recorded(op->seq)) {
     // Committed by an earlier attempt of this item: its result, recorded
     // here, instead of a second commit.
-    auto i = carried_->find(op->name);
-    if (i != carried_->end() && !i->second.empty()) {
-      auto e = std::move(i->second.front());
-      i->second.pop_front();
-      e.run_id = run_id_;
-      e.seq = op->seq;
-      record(std::move(e));
+    if (auto e = take_carried(op->name)) {
+      e->run_id = run_id_;
+      e->seq = op->seq;
+      record(std::move(*e));
       return;
     }
   }
@@ -288,9 +224,9 @@ void execution::record(persistence::journal_entry e) {
 }
 
 bool execution::declares_patch(const std::string& name) const {
-  if (!workflow_)
+  if (!declared_patches_)
     return false;
-  auto& known = workflow_->patches;
+  auto& known = *declared_patches_;
   return std::find(known.begin(), known.end(), name) != known.end();
 }
 
@@ -522,7 +458,7 @@ void execution::start_code() {
     return;
   }
   if (auto code = host_->start_code(*this, start->name, start->inputs,
-                                    encoding_)) {
+                                    encoding_, declared_patches_)) {
     start_handler(std::move(code));
     return;
   }
@@ -534,7 +470,7 @@ void execution::start_code() {
     finish();
     return;
   }
-  workflow_ = &i->second;
+  declared_patches_ = &i->second.patches;
   if (auto* patch = unknown_patch(); patch && !item_) {
     release(*patch);
     return;

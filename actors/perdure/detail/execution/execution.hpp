@@ -62,11 +62,13 @@ public:
 
   /// Starts the code of run `name` on `core` (taking `inputs`); nullptr:
   /// `name` is a workflow, which the execution looks up itself (`inputs`
-  /// untouched). An object's host starts its handlers here.
+  /// untouched). An object's host starts its handlers here, and sets
+  /// `patches` to what the handler declares.
   virtual std::unique_ptr<run_driver>
   start_code(run_core& core, const std::string& name, std::string& inputs,
-             persistence::encoding enc) {
-    (void)core, (void)name, (void)inputs, (void)enc;
+             persistence::encoding enc,
+             const std::vector<std::string>*& patches) {
+    (void)core, (void)name, (void)inputs, (void)enc, (void)patches;
     return nullptr;
   }
 
@@ -201,23 +203,14 @@ private:
     std::int32_t attempts = 0;
   };
   std::unique_ptr<queue_item> item_;
-  /// A retried item's transactional steps that committed in an earlier
-  /// attempt, by name, in journal order: this attempt takes their results
-  /// instead of committing again. Null for other runs.
-  std::unique_ptr<
-    std::unordered_map<std::string, std::deque<persistence::journal_entry>>>
-    carried_;
-  /// Sorts a retried item's journal into what this attempt replays and
-  /// what it carries (see `new_attempt_marker`).
-  void load_attempts(std::vector<persistence::journal_entry>& journal);
   bool requeued_ = false;
   /// Set BLOCKED instead of ending (see `block`).
   bool blocked_ = false;
   /// Given up to a process that knows a patch it took (see `release`).
   bool released_ = false;
-  /// The workflow's registration, once its code started (null for an
-  /// object's handler).
-  const workflow_entry* workflow_ = nullptr;
+  /// The patches its workflow's (or handler's) registration declares,
+  /// once its code started.
+  const std::vector<std::string>* declared_patches_ = nullptr;
   /// Returns a patch the run took that its workflow does not declare
   /// (this process runs older code), or null.
   const std::string* unknown_patch() const;

@@ -49,7 +49,8 @@ std::unique_ptr<run_driver> failing_driver(persistence::encoding enc,
 
 std::unique_ptr<run_driver>
 invocation::start_code(run_core& core, const std::string& name,
-                       std::string& inputs, persistence::encoding enc) {
+                       std::string& inputs, persistence::encoding enc,
+                       const std::vector<std::string>*& patches) {
   auto h = obj->entry->handlers.find(name);
   if (h == obj->entry->handlers.end())
     return failing_driver(enc, "object type '" + obj->type
@@ -58,6 +59,7 @@ invocation::start_code(run_core& core, const std::string& name,
     return failing_driver(enc, "the state of " + obj->type + " '" + obj->key
                                  + "' cannot be read: " + *obj->unreadable);
   shared = h->second.shared;
+  patches = &h->second.patches;
   return h->second.start(core, obj->state->get(), obj->key, std::move(inputs),
                          enc);
 }

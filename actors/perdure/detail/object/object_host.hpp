@@ -69,10 +69,10 @@ struct invocation final : execution_host {
     left = true; // the host drops it after this turn (it is inside it now)
   }
 
-  std::unique_ptr<run_driver> start_code(run_core& core,
-                                         const std::string& name,
-                                         std::string& inputs,
-                                         persistence::encoding enc) override;
+  std::unique_ptr<run_driver>
+  start_code(run_core& core, const std::string& name, std::string& inputs,
+             persistence::encoding enc,
+             const std::vector<std::string>*& patches) override;
 
   void settle_end(persistence::completion_write& c) override;
   persistence::write final_write(persistence::completion_write c) override;

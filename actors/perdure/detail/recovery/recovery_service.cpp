@@ -161,7 +161,14 @@ void recovery_service::take_over_now(const std::optional<std::string>& only) {
     }
     if (!only) {
       retry_blocked();
-      watch_versions();
+      // Its report scans every unended run: at most once a lease (full
+      // passes come with every executor_gone notice, and move_runs sends
+      // one), not once a pass on every process.
+      auto now = std::chrono::steady_clock::now();
+      if (now >= versions_due_) {
+        versions_due_ = now + svc_.cfg.lease_timeout;
+        watch_versions();
+      }
     }
     count_left();
   } catch (const std::exception& ex) {

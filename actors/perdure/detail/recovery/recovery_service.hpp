@@ -77,6 +77,9 @@ private:
   std::unordered_map<std::string, std::int64_t> stranded_suspects_;
   std::chrono::steady_clock::time_point stranded_due_{};
   bool stranded_busy_ = false;
+  /// When `watch_versions` is due next (takeover passes run one at a
+  /// time: no lock).
+  std::chrono::steady_clock::time_point versions_due_{};
 };
 
 } // namespace perdure::detail

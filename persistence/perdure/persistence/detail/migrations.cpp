@@ -190,6 +190,13 @@ std::vector<migration> sqlite_migrations() {
        "CREATE INDEX runs_unended_version ON runs (app_version, status) "
        "WHERE status IN ('PENDING', 'ENQUEUED', 'BLOCKED')",
      }},
+    {13,
+     "operators: what was done to a run (resumed, forked, moved) and why",
+     {
+       "CREATE TABLE run_events (run_id TEXT NOT NULL, at INTEGER NOT NULL, "
+       "kind TEXT NOT NULL, detail TEXT NOT NULL, reason TEXT NOT NULL)",
+       "CREATE INDEX run_events_run ON run_events (run_id, at)",
+     }},
   };
 }
 
@@ -395,6 +402,14 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "first_seen BIGINT NOT NULL, last_seen BIGINT NOT NULL)",
        "CREATE INDEX runs_unended_version ON " + s + "runs (app_version, "
        "status) WHERE status IN ('PENDING', 'ENQUEUED', 'BLOCKED')",
+     }},
+    {13,
+     "operators: what was done to a run (resumed, forked, moved) and why",
+     {
+       "CREATE TABLE " + s + "run_events (run_id TEXT NOT NULL, at BIGINT "
+       "NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL, reason TEXT NOT "
+       "NULL)",
+       "CREATE INDEX run_events_run ON " + s + "run_events (run_id, at)",
      }},
   };
 }

@@ -311,6 +311,9 @@ void postgres_store::prepare_executors(connection& c,
         "(SELECT r.id FROM "
       + s + "runs r WHERE r.id IN (SELECT id FROM cand) AND r.status = "
       + "'PENDING' AND " + orphaned
+      // Re-checked on the row FOR UPDATE locks: move_runs may have
+      // re-stamped it since `cand` read it.
+      + " AND (r.app_version = '' OR r.app_version = $3)"
       + " ORDER BY r.created_at, r.id LIMIT (SELECT n FROM share) FOR UPDATE "
         "SKIP LOCKED) UPDATE "
       + s
