@@ -79,8 +79,8 @@ std::vector<step_record> client::history(const std::string& id) {
       std::chrono::milliseconds{e.created_at_ms}};
     steps.push_back(std::move(s));
   }
-  // Each event after the entries recorded before it (a resume's after
-  // what it kept, before what ran again).
+  // Each event before the journal index it came before (a resume's after
+  // what it kept, before what ran again); patch markers stay first.
   for (auto& ev : events) {
     step_record s;
     s.seq = -1;
@@ -91,7 +91,7 @@ std::vector<step_record> client::history(const std::string& id) {
     s.at = std::chrono::system_clock::time_point{
       std::chrono::milliseconds{ev.at_ms}};
     auto later = std::find_if(steps.begin(), steps.end(), [&](auto& e) {
-      return e.outcome != "event" && e.at >= s.at;
+      return e.outcome != "event" && e.seq >= ev.before_seq;
     });
     steps.insert(later, std::move(s));
   }
@@ -112,6 +112,7 @@ std::string client::export_run(const std::string& id) {
   out.app_version = run->app_version;
   out.inputs = std::move(run->inputs);
   out.exported_at_ms = impl_->svc.clock->now_ms();
+  out.cancel_requested = run->cancel_requested;
   out.journal = std::move(journal);
   return detail::to_json(out);
 }
@@ -259,6 +260,11 @@ resume_one(detail::runtime_impl& rt, const std::string& id,
                   id, to_string(*out.was), out.dropped);
   if (out.was != run_status::dead_letter)
     return out;
+  if (opts.app_version)
+    throw error(errc::invalid_argument,
+                "queue item '" + id + "' is a dead letter: it goes back to "
+                  "its queue under its own app version (resume it without "
+                  "one, then move_runs moves its version's queued items)");
   // A dead letter goes back to its queue (the queue's own retry journal).
   auto item = rt.svc.stores->with([&](persistence::store& db) {
     return db.requeue(id, now, opts.reason);
@@ -320,7 +326,16 @@ bulk_result client::resume_matching(run_filter filter, resume_options opts,
         result.sample.push_back(run.id);
       if (dry_run)
         continue;
-      auto out = resume_one(rt, run.id, opts);
+      persistence::run_store::resume_outcome out;
+      try {
+        out = resume_one(rt, run.id, opts);
+      } catch (const error& ex) {
+        if (ex.code() != errc::invalid_argument
+            && ex.code() != errc::conflicting_id)
+          throw;
+        result.refused.emplace_back(run.id, ex.what());
+        continue;
+      }
       if (out.resumed)
         ++result.done;
       else if (out.was) // a queue item, an invocation, or changed since

@@ -141,9 +141,10 @@ public:
   /// twice; a saga that compensated after that failure ends as it did. A
   /// cancelled, RETRIES_EXCEEDED or BLOCKED run keeps its whole journal. A
   /// deadline that passed is dropped. Throws `not_found` for an unknown
-  /// id, `invalid_argument` for a run in another status or an object
-  /// invocation, and `conflicting_id` for a dead letter whose dedup id
-  /// another item holds now.
+  /// id, `invalid_argument` for a run in another status, an object
+  /// invocation or a dead letter given an app version, and
+  /// `conflicting_id` for a dead letter whose dedup id another item holds
+  /// now.
   void resume(const std::string& id, resume_options opts = {});
 
   /// Starts a new run of run `id`'s workflow and inputs whose journal is
@@ -201,8 +202,8 @@ public:
 
   /// Returns what run `id` recorded, in journal order (see `step_record`),
   /// with what was done to it from outside (resumed, forked, moved: index
-  /// -1, outcome `event`) among the entries, before those recorded from
-  /// its millisecond on. Throws `not_found` for an unknown id.
+  /// -1, outcome `event`) among the entries, before the index it came
+  /// before (a resume: before what ran again). Throws `not_found` for an unknown id.
   std::vector<step_record> history(const std::string& id);
 
   /// Returns run `id` as JSON: its workflow, inputs and whole journal

@@ -115,6 +115,42 @@ TEST_F(lease_test, a_run_that_took_a_patch_is_claimed_only_where_it_is_declared)
             ids_t{"patched"});
 }
 
+// The same for a queue item retried after it took a patch: back in its
+// queue, claimed only by a process that declares the patch.
+TEST_F(lease_test, a_queue_item_that_took_a_patch_is_claimed_only_where_it_is_declared) {
+  auto x = open_holder();
+  x.epoch->store(x.db->acquire_lease(request("x")));
+  const claim_filter old_code{.names = {"wf"}, .app_version = ""};
+  const claim_filter new_code{.names = {"wf", "wf\x1e" "carrier"},
+                              .app_version = ""};
+  queue_definition jobs{.name = "jobs"};
+  x.db->define_queue(jobs);
+  auto item = make_run("item");
+  item.status = run_status::enqueued;
+  item.queue_name = "jobs";
+  item.owner = {"", 0};
+  ASSERT_TRUE(store_->enqueue(item).created);
+  auto claim = [&](const claim_filter& f) {
+    return x.db->claim_queued({.queue = jobs, .executor = "x", .filter = f,
+                               .now_ms = 3000, .capacity = 10});
+  };
+  auto first = claim(old_code);
+  ASSERT_EQ(first.runs.size(), 1u) << "nothing taken yet: anyone runs it";
+  append_write marker;
+  marker.owner = first.runs[0].owner;
+  marker.entry = {.run_id = "item", .seq = -2, .kind = entry_kind::patch,
+                  .name = "carrier", .payload = "0"};
+  ASSERT_TRUE(x.db->write_batch({.appends = {marker}, .completions = {}})
+                .appends.at(0));
+  ASSERT_TRUE(
+    x.db->retry_item(first.runs[0].owner, "item", 0, "attempt failed", 3000));
+  EXPECT_TRUE(claim(old_code).runs.empty())
+    << "a retry that took a patch was claimed by code without it";
+  auto again = claim(new_code);
+  ASSERT_EQ(again.runs.size(), 1u);
+  EXPECT_EQ(again.runs[0].id, "item");
+}
+
 TEST_F(lease_test, a_lapsed_holder_is_fenced_and_its_epoch_never_returns) {
   if (!db_.postgres)
     GTEST_SKIP() << "SQLite: one runtime per file, nobody declares it lapsed";

@@ -228,4 +228,75 @@ TEST_F(fork_test, a_fork_is_refused_inside_compensation_or_before_an_outcome) {
   EXPECT_EQ(out.what, result::forked) << out.why;
 }
 
+// A review found forks ignored a retry's jump, and no case forked a run
+// that took a patch.
+TEST_F(fork_test, a_fork_keeps_patches_before_its_cut_and_refuses_a_forgotten_range) {
+  using persistence::entry_kind;
+  using result = persistence::run_store::fork_outcome::result;
+  seed("retried");
+  append("retried", {.seq = -2, .kind = entry_kind::patch, .name = "p",
+                     .payload = "1"});
+  append("retried", {.seq = 0, .name = "a", .payload = "1"});
+  append("retried",
+         {.seq = 1, .kind = entry_kind::transaction, .name = "tx", .payload = "1"});
+  // A retry forgot index 1 on (the transaction kept, taken by name); the
+  // new attempt went on after the marker.
+  append("retried", {.seq = 2, .kind = entry_kind::phase, .name = "attempt",
+                     .payload = "1"});
+  append("retried", {.seq = 3, .name = "b", .payload = "1"});
+  auto out = store_->fork_run({.source_id = "retried", .new_id = "f1",
+                               .from_step = 2});
+  EXPECT_EQ(out.what, result::refused);
+  EXPECT_NE(out.why.find("forgotten by a retry"), std::string::npos)
+    << out.why;
+  out = store_->fork_run({.source_id = "retried", .new_id = "f2",
+                          .from_step_name = "tx"});
+  EXPECT_EQ(out.what, result::refused) << "a kept transaction is no cut";
+  out = store_->fork_run({.source_id = "retried", .new_id = "f3",
+                          .from_step = 1});
+  ASSERT_EQ(out.what, result::forked) << out.why;
+  EXPECT_EQ(out.copied, 1) << "index 0 only: the patch came before index 1";
+  out = store_->fork_run({.source_id = "retried", .new_id = "f4",
+                          .from_step_name = "b"});
+  ASSERT_EQ(out.what, result::forked) << out.why;
+  EXPECT_EQ(out.from, 3);
+  EXPECT_EQ(out.copied, 4) << "the patch, a, the kept transaction, the marker";
+  auto copied = store_->load_journals({"f4"});
+  ASSERT_FALSE(copied.empty());
+  EXPECT_EQ(copied.front().kind, entry_kind::patch);
+}
+
+TEST_F(fork_test, runs_that_gave_up_or_succeeded_resume_and_fork) {
+  runtime rt{db_.runtime_config("local")};
+  register_abc(rt);
+  rt.start();
+  fixed_ = true;
+  // RETRIES_EXCEEDED (its process crashed on it too often), after step a.
+  seed("gave-up");
+  append("gave-up", {.seq = 0, .name = "a", .payload = persistence::encode(7)});
+  ASSERT_TRUE(store_
+                ->write_batch({.appends = {},
+                               .completions = {{.run_id = "gave-up",
+                                                .owner = {"local", 1},
+                                                .status =
+                                                  run_status::retries_exceeded,
+                                                .error = "recovered too often",
+                                                .at_ms = 5000}}})
+                .completions.at(0));
+  auto fork = rt.fork("gave-up", {.from_step = 1});
+  rt.resume("gave-up", {.reason = "the crash is fixed"});
+  // Each ran b (1 and 2, in either order) and c on its own.
+  auto resumed = rt.retrieve_workflow<int>("gave-up").get(10s);
+  auto forked = rt.retrieve_workflow<int>(fork).get(10s);
+  EXPECT_EQ(resumed + forked, 2 * (7 + 100) + 1 + 2);
+  EXPECT_EQ(a_.load(), 0) << "step a was replayed in both";
+  // SUCCESS: forked (not resumed) from its last step.
+  auto done = rt.start_workflow<int>("abc");
+  auto total = done.get(10s);
+  EXPECT_THROW(rt.resume(done.id()), perdure::error);
+  auto again = rt.fork(done.id(), {.from_step_name = "c"});
+  EXPECT_EQ(rt.retrieve_workflow<int>(again).get(10s), total);
+  EXPECT_EQ(c_.load(), 4) << "c ran in each run, and once more in the fork";
+}
+
 } // namespace

@@ -125,8 +125,70 @@ TEST_F(replay_test, a_change_behind_a_patch_replays_old_runs) {
   auto report = replay(done_, patched, {.patches = {"fraud-check"}});
   EXPECT_TRUE(report.ok()) << report.summary;
   EXPECT_EQ(report.replayed, 3);
-  // The run in flight is past the point too: it keeps the old branch.
+  // The run in flight has not reached the point: it would take the patch
+  // there, where the check stops (nothing after it is recorded).
   report = replay(waiting_, patched, {.patches = {"fraud-check"}});
+  EXPECT_TRUE(report.ok()) << report.summary;
+  EXPECT_EQ(report.replayed, 1) << report.summary;
+  EXPECT_NE(report.summary.find("at journal index 1 the code goes on with "
+                                "patch 'fraud-check'"),
+            std::string::npos)
+    << report.summary;
+}
+
+// A review found these reported as replaying: code that Perdure refuses
+// (an undeclared patch), a patch the run took that the code dropped, and
+// code failing where the run succeeded.
+TEST_F(replay_test, code_that_would_fail_the_run_does_not_replay) {
+  export_runs();
+  auto undeclared = [](workflow_context& ctx, int amount) -> task<int> {
+    auto r = co_await ctx.step("reserve", [] { return 1; });
+    if (co_await ctx.patched("fraud-check"))
+      co_await ctx.step("fraud-check", [] { return true; });
+    auto go = co_await ctx.recv<int>("go");
+    co_return r + go + amount;
+  };
+  auto report = replay(waiting_, undeclared); // no .patches
+  EXPECT_EQ(report.result, verdict::diverges) << report.summary;
+  EXPECT_NE(report.summary.find("workflow_options::patches"),
+            std::string::npos)
+    << report.summary;
+  auto failing = [](workflow_context& ctx, int amount) -> task<int> {
+    auto r = co_await ctx.step("reserve", [] { return 1; });
+    auto go = co_await ctx.recv<int>("go");
+    auto c = co_await ctx.step("charge", [&] { return amount; });
+    if (c > 0)
+      throw std::runtime_error("new validation");
+    co_return r + go + c;
+  };
+  report = replay(done_, failing);
+  EXPECT_EQ(report.result, verdict::diverges) << report.summary;
+  EXPECT_NE(report.recorded.find("SUCCESS"), std::string::npos)
+    << report.recorded;
+}
+
+TEST_F(replay_test, a_patch_the_code_no_longer_declares_does_not_replay) {
+  runtime rt{db_.runtime_config("local")};
+  rt.register_workflow(
+    "tagged",
+    [](workflow_context& ctx) -> task<int> {
+      co_return (co_await ctx.patched("v2")) ? 2 : 1;
+    },
+    {.patches = {"v2"}});
+  rt.start();
+  auto h = rt.start_workflow<int>("tagged");
+  ASSERT_EQ(h.get(10s), 2);
+  auto exported = rt.export_run(h.id());
+  auto dropped = [](workflow_context&) -> task<int> { co_return 2; };
+  auto report = replay(exported, dropped);
+  EXPECT_EQ(report.result, verdict::diverges) << report.summary;
+  EXPECT_NE(report.summary.find("took patch 'v2'"), std::string::npos)
+    << report.summary;
+  auto kept = [](workflow_context& ctx) -> task<int> {
+    co_await ctx.deprecated_patch("v2");
+    co_return 2;
+  };
+  report = replay(exported, kept, {.patches = {"v2"}});
   EXPECT_TRUE(report.ok()) << report.summary;
 }
 
@@ -145,6 +207,28 @@ TEST_F(replay_test, what_cannot_be_checked_says_why) {
   EXPECT_EQ(report.result, verdict::unusable);
   EXPECT_NE(report.summary.find("malformed"), std::string::npos)
     << report.summary;
+  // Hostile rows: never a crash, always why.
+  auto with_row = [&](const std::string& row) {
+    auto text = done_;
+    auto at = text.find("\"journal\": [");
+    EXPECT_NE(at, std::string::npos);
+    text.insert(at + 12, "\n  " + row + ",");
+    return replay(text, pay);
+  };
+  for (auto row : {R"({"seq": 1e300, "kind": "step", "name": "x", "outcome": 0})",
+                   R"({"seq": 1.5, "kind": "step", "name": "x", "outcome": 0})",
+                   R"({"seq": 2147483647, "kind": "phase", "name": "attempt", "outcome": 0, "payload": "0"})",
+                   R"({"seq": 0, "kind": "step", "name": "reserve", "outcome": 0})",
+                   R"({"seq": 99999999999, "kind": "step", "name": "x", "outcome": 0})",
+                   R"({"seq": "0", "kind": "step", "name": "x", "outcome": 0})"}) {
+    auto r = with_row(row);
+    EXPECT_EQ(r.result, verdict::unusable) << row << ": " << r.summary;
+  }
+  auto thrower = [](workflow_context& ctx, int) -> task<int> {
+    co_await ctx.step("reserve", [] { return 1; });
+    throw 42;
+  };
+  EXPECT_FALSE(replay(done_, thrower).ok()) << "an exception of no known type";
 }
 
 } // namespace

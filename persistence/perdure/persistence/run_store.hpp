@@ -94,6 +94,7 @@ public:
   /// moved), when, and the operator's reason (see `run_events`).
   struct run_event {
     std::int64_t at_ms = 0;
+    std::int32_t before_seq = 0; ///< the journal index it came before
     std::string kind;   ///< `resume`, `fork`, `forked`, `move`
     std::string detail; ///< what was done, e.g. what a resume forgot
     std::string reason; ///< why, as the operator said (may be empty)

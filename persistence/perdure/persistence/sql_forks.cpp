@@ -230,7 +230,7 @@ run_store::fork_outcome fork_in(sql_tx& tx,
                 + std::to_string(out.copied) + " journal entries copied)";
   detail::record_run_event(tx, req.new_id, req.at_ms, "fork",
                            "forked from '" + req.source_id + "'" + before,
-                           req.reason);
+                           req.reason, at.from);
   detail::record_run_event(tx, req.source_id, req.at_ms, "forked",
                            "forked as '" + req.new_id + "'" + before,
                            req.reason);

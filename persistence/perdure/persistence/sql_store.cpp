@@ -6,6 +6,7 @@
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
+#include "perdure/persistence/detail/sql/claim_sql.hpp"
 #include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/sql/rows.hpp"
 #include "perdure/persistence/detail/sql/run_events.hpp"
@@ -43,35 +44,7 @@ int sql_store::schema_version() {
 
 namespace {
 
-/// Runs the claim filter admits (their workflow is one of `names`, their
-/// app version none or `version`; no invocations): `names` an array on
-/// PostgreSQL, a list of names each followed by a unit separator on
-/// SQLite (see `claimable_names`).
-std::string claimable(detail::sql_dialect d, const std::string& names = "$2",
-                      const std::string& version = "$3") {
-  if (d == detail::sql_dialect::postgresql)
-    return detail::claimable(names, version);
-  return "instr(" + names + ", char(31) || runs.name || char(31)) > 0 AND "
-         "(runs.app_version = '' OR runs.app_version = " + version
-         + ") AND runs.object_type IS NULL AND NOT EXISTS (SELECT 1 FROM "
-           "journal pj WHERE pj.run_id = runs.id AND pj.seq < 0 AND pj.kind "
-           "= 'patch' AND instr(" + names + ", char(31) || runs.name || "
-           "char(30) || pj.name || char(31)) = 0)";
-}
-
-/// The names of `f` as `claimable`'s `$2` on `d`.
-std::string claimable_names(const claim_filter& f, detail::sql_dialect d) {
-  if (d == detail::sql_dialect::postgresql) {
-    detail::pg_array names;
-    for (auto& n : f.names)
-      names.add(n);
-    return names.str();
-  }
-  std::string names{'\x1f'};
-  for (auto& n : f.names)
-    names += n + '\x1f';
-  return names;
-}
+using detail::claimable;
 
 /// `q` for PostgreSQL and for SQLite, built by `text(dialect)`.
 struct per_dialect {
@@ -106,7 +79,7 @@ sql_store::claim_pending_runs(std::string_view executor,
   std::vector<run_record> runs;
   write([&](sql_tx& tx) {
     runs.clear();
-    auto names = claimable_names(filter, tx.dialect());
+    auto names = detail::claim_names(filter, tx.dialect());
     tx.run(q.of(tx.dialect()),
            {executor, now_ms, std::string_view{names},
             std::string_view{filter.app_version}, lease_epoch()},
@@ -200,7 +173,7 @@ sql_store::resume_run(std::string_view run_id,
               + " journal entries from index " + std::to_string(*cut);
     if (version)
       what += ", as app version '" + *version + "'";
-    detail::record_run_event(tx, run_id, at_ms, "resume", what, reason);
+    detail::record_run_event(tx, run_id, at_ms, "resume", what, reason, cut);
     tx.notify(notice::created(std::string{run_id}).encode());
   });
   return out;
@@ -260,7 +233,7 @@ std::vector<run_record> sql_store::claim_blocked(std::string_view executor,
   std::vector<run_record> runs;
   write([&](sql_tx& tx) {
     runs.clear();
-    auto names = claimable_names(filter, tx.dialect());
+    auto names = detail::claim_names(filter, tx.dialect());
     tx.run(q.of(tx.dialect()),
            {executor, code_since_ms, std::string_view{names},
             std::string_view{filter.app_version}, limit, lease_epoch()},
@@ -280,7 +253,7 @@ std::int64_t sql_store::release_unclaimable(std::string_view executor,
   });
   std::int64_t released = 0;
   autocommit([&](sql_tx& tx) {
-    auto names = claimable_names(filter, tx.dialect());
+    auto names = detail::claim_names(filter, tx.dialect());
     released = tx.run(q.of(tx.dialect()),
                       {executor, std::string_view{names},
                        std::string_view{filter.app_version}, lease_epoch()});
@@ -299,7 +272,7 @@ std::int64_t sql_store::count_unclaimable(std::string_view executor,
   });
   std::int64_t n = 0;
   read([&](sql_tx& tx) {
-    auto names = claimable_names(filter, tx.dialect());
+    auto names = detail::claim_names(filter, tx.dialect());
     n = tx.first(q.of(tx.dialect()),
                  {executor, std::string_view{names},
                   std::string_view{filter.app_version}},

@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <limits>
+#include <optional>
+#include <set>
 
 #include "perdure/error.hpp"
 #include "perdure/persistence/codec.hpp"
@@ -88,6 +91,30 @@ std::string get_bytes(const nlohmann::json& j, const std::string& key,
   return {};
 }
 
+/// The integer at `key` of `j` (`fallback` if absent); a float or another
+/// type is malformed (never converted).
+std::int64_t integer(const nlohmann::json& j, const std::string& key,
+                     std::optional<std::int64_t> fallback = std::nullopt) {
+  auto i = j.find(key);
+  if (i == j.end()) {
+    if (fallback)
+      return *fallback;
+    throw perdure::error(errc::invalid_argument,
+                         "malformed run export: no '" + key + "'");
+  }
+  if (!i->is_number_integer())
+    throw perdure::error(errc::invalid_argument,
+                         "malformed run export: '" + key
+                           + "' is not an integer");
+  if (i->is_number_unsigned()
+      && i->get<std::uint64_t>()
+           > static_cast<std::uint64_t>(
+             std::numeric_limits<std::int64_t>::max()))
+    throw perdure::error(errc::invalid_argument,
+                         "malformed run export: '" + key + "' is too large");
+  return i->get<std::int64_t>();
+}
+
 } // namespace
 
 std::string to_json(const exported_run& run) {
@@ -98,6 +125,7 @@ std::string to_json(const exported_run& run) {
   j["status"] = run.status;
   j["app_version"] = run.app_version;
   j["exported_at_ms"] = run.exported_at_ms;
+  j["cancel_requested"] = run.cancel_requested;
   put_bytes(j, "inputs", run.inputs);
   auto& journal = j["journal"] = nlohmann::json::array();
   for (auto& e : run.journal) {
@@ -128,16 +156,29 @@ exported_run from_json(const std::string& text) {
     run.workflow = j.at("workflow").get<std::string>();
     run.status = j.value("status", std::string{});
     run.app_version = j.value("app_version", std::string{});
-    run.exported_at_ms = j.value("exported_at_ms", std::int64_t{0});
+    run.exported_at_ms = integer(j, "exported_at_ms", 0);
+    run.cancel_requested = j.value("cancel_requested", false);
     run.inputs = get_bytes(j, "inputs", "inputs");
+    std::set<std::int64_t> seen;
     for (auto& row : j.at("journal")) {
-      auto seq = row.at("seq").get<std::int64_t>();
+      auto seq = integer(row, "seq");
+      // Indexes a run can have: the writer numbers them in int32, and one
+      // past the last must exist (an attempt marker's next).
+      if (seq < std::numeric_limits<std::int32_t>::min()
+          || seq >= std::numeric_limits<std::int32_t>::max())
+        throw perdure::error(errc::invalid_argument,
+                             "malformed run export: journal index "
+                               + std::to_string(seq) + " is out of range");
+      if (!seen.insert(seq).second)
+        throw perdure::error(errc::invalid_argument,
+                             "malformed run export: journal index "
+                               + std::to_string(seq) + " appears twice");
       auto where = "journal index " + std::to_string(seq);
       run.journal.push_back(persistence::read_journal_row(
         run.id, seq, row.at("kind").get<std::string>(),
-        row.at("name").get<std::string>(), row.at("outcome").get<std::int64_t>(),
+        row.at("name").get<std::string>(), integer(row, "outcome"),
         get_bytes(row, "payload", where), get_bytes(row, "error", where),
-        row.value("at_ms", std::int64_t{0})));
+        integer(row, "at_ms", 0)));
     }
   } catch (const nlohmann::json::exception& ex) {
     throw perdure::error(errc::invalid_argument,

@@ -17,6 +17,8 @@ struct exported_run {
   /// The encoded inputs, as stored.
   std::string inputs;
   std::int64_t exported_at_ms = 0;
+  /// A cancel was asked for (a saga takes it at its next operation).
+  bool cancel_requested = false;
   /// Every journal row, in index order (patch markers first).
   std::vector<persistence::journal_entry> journal;
 };

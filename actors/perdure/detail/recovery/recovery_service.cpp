@@ -21,12 +21,42 @@ void recovery_service::reset() {
   std::lock_guard guard{mtx_};
   taking_over_ = false;
   take_over_again_ = false;
+  recovering_ = false;
+  adopt_after_recovery_.clear();
+  adopting_ = 0;
   stranded_suspects_.clear();
   stranded_busy_ = false;
   stranded_due_ = std::chrono::steady_clock::now() + svc_.cfg.stranded_check;
 }
 
 void recovery_service::recover() {
+  // A takeover asked for meanwhile (a notice, a lapse seen by the lease)
+  // runs after this one: run alongside, it claimed a run this recovery
+  // then claimed again as its own, and both copies ran its step (seen
+  // once in ctest under load).
+  {
+    std::unique_lock guard{mtx_};
+    recovering_ = true;
+    // One asked for before (listening began first) finishes first.
+    idle_.wait(guard, [this] { return !taking_over_ && adopting_ == 0; });
+  }
+  struct then_take_over {
+    recovery_service& rs;
+    ~then_take_over() {
+      bool again = false;
+      std::vector<std::string> adopt;
+      {
+        std::lock_guard guard{rs.mtx_};
+        rs.recovering_ = false;
+        again = std::exchange(rs.take_over_again_, false);
+        adopt.swap(rs.adopt_after_recovery_);
+      }
+      for (auto& id : adopt)
+        rs.take_over(std::move(id));
+      if (again)
+        rs.take_over();
+    }
+  } after{*this};
   auto& cfg = svc_.cfg;
   // Runs of this id it cannot run (restarted without their workflow, or
   // at another version) go to processes that can.
@@ -101,18 +131,34 @@ void recovery_service::take_over(std::optional<std::string> only) {
   // Posted under the registry's lock: stop() lets the executor go only
   // after closing the registry.
   svc_.runs->if_live([&] {
-    if (only) {
-      svc_.control->post(
-        [this, id = std::move(*only)] { take_over_now(id); });
-      return;
-    }
     {
       std::lock_guard guard{mtx_};
-      if (taking_over_) { // runs once more when the one under way ends
+      if (recovering_) { // after the recovery (see `recover`)
+        if (only)
+          adopt_after_recovery_.push_back(std::move(*only));
+        else
+          take_over_again_ = true;
+        return;
+      }
+      if (!only && taking_over_) { // once more when this one ends
         take_over_again_ = true;
         return;
       }
-      taking_over_ = true;
+      if (!only)
+        taking_over_ = true;
+    }
+    if (only) {
+      {
+        std::lock_guard guard{mtx_};
+        ++adopting_;
+      }
+      svc_.control->post([this, id = std::move(*only)] {
+        take_over_now(id);
+        std::lock_guard guard{mtx_};
+        if (--adopting_ == 0)
+          idle_.notify_all();
+      });
+      return;
     }
     svc_.control->post([this] {
       for (;;) {
@@ -126,8 +172,10 @@ void recovery_service::take_over(std::optional<std::string> only) {
         }
         auto running = svc_.runs->running();
         std::lock_guard guard{mtx_};
-        if (!std::exchange(take_over_again_, false) || !running) {
+        if (!std::exchange(take_over_again_, false) || !running
+            || recovering_) { // a recovery waits: it takes over after
           taking_over_ = false;
+          idle_.notify_all();
           return;
         }
       }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -72,6 +73,14 @@ private:
   std::mutex mtx_;
   bool taking_over_ = false;
   bool take_over_again_ = false;
+  /// `recover` runs: takeovers asked for wait for it (one would claim a
+  /// run the recovery then claims again), runs to adopt by id here.
+  bool recovering_ = false;
+  std::vector<std::string> adopt_after_recovery_;
+  /// Runs being adopted by id on the control executor now.
+  int adopting_ = 0;
+  /// Signalled when no takeover runs (`taking_over_` false, `adopting_` 0).
+  std::condition_variable idle_;
   /// Work found without an actor at the last stranded check, with its
   /// epoch (brought back if still so at the next one).
   std::unordered_map<std::string, std::int64_t> stranded_suspects_;

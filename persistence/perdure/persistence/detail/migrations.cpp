@@ -193,8 +193,10 @@ std::vector<migration> sqlite_migrations() {
     {13,
      "operators: what was done to a run (resumed, forked, moved) and why",
      {
+       // `seq`: the journal index the event came before (history's order).
        "CREATE TABLE run_events (run_id TEXT NOT NULL, at INTEGER NOT NULL, "
-       "kind TEXT NOT NULL, detail TEXT NOT NULL, reason TEXT NOT NULL)",
+       "seq INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL, "
+       "reason TEXT NOT NULL)",
        "CREATE INDEX run_events_run ON run_events (run_id, at)",
      }},
   };
@@ -407,8 +409,8 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      "operators: what was done to a run (resumed, forked, moved) and why",
      {
        "CREATE TABLE " + s + "run_events (run_id TEXT NOT NULL, at BIGINT "
-       "NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL, reason TEXT NOT "
-       "NULL)",
+       "NOT NULL, seq BIGINT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT "
+       "NULL, reason TEXT NOT NULL)",
        "CREATE INDEX run_events_run ON " + s + "run_events (run_id, at)",
      }},
   };

@@ -10,6 +10,7 @@
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/detail/pg_array.hpp"
 #include "perdure/persistence/detail/sql/pg_sql.hpp"
+#include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
 #include "perdure/persistence/detail/postgres/postgres_internal.hpp"
 #include "perdure/persistence/postgres_store.hpp"
@@ -93,10 +94,12 @@ std::string claim_set(const std::string& r, const std::string& me,
          + now;
 }
 
-/// Items this process can run (its workflows, its app version).
-std::string runnable(const std::string& names, const std::string& version) {
-  return " AND name = ANY(" + names + "::text[]) AND (app_version = '' OR "
-         "app_version = " + version + ")";
+/// Items this process can run (its workflows, its app version, the
+/// patches it declares: an item retried after it took a patch is left to
+/// processes that know it), the runs table unaliased.
+std::string runnable(const std::string& names, const std::string& version,
+                     const std::string& s) {
+  return " AND " + detail::claimable(names, version, "runs", s);
 }
 
 /// When the queue's next delayed item is due, if it has one.
@@ -122,7 +125,7 @@ queue_claim claim_alone(pqxx::transaction_base& w, const std::string& s,
     "WITH pick AS (SELECT id, started_at IS NULL AS fresh FROM " + s
       + "runs WHERE queue_name = $1 AND status = 'ENQUEUED' AND "
         "(not_before IS NULL OR not_before <= $3)"
-      + runnable("$5", "$6")
+      + runnable("$5", "$6", s)
       + " ORDER BY priority, inbox_seq LIMIT $4 FOR UPDATE SKIP LOCKED), "
         "upd AS (UPDATE "
       + s + "runs r SET " + claim_set("r.", "$2", "$3")
@@ -166,7 +169,7 @@ detail::queue_load read_load(pqxx::transaction_base& w, const std::string& s,
   auto running = "queue_name = $1 AND status = 'PENDING' AND (executor IN "
                  "(SELECT id FROM " + s
                  + "executors WHERE state = 'live') OR (TRUE"
-                 + runnable("$2", "$3") + "))";
+                 + runnable("$2", "$3", s) + "))";
   load.running = w.exec_params("SELECT count(*) FROM " + s + "runs WHERE "
                                  + running,
                                q.name, names, req.filter.app_version)[0][0]
@@ -211,7 +214,7 @@ read_candidates(pqxx::transaction_base& w, const std::string& s,
   };
   auto ready = "queue_name = $1 AND status = 'ENQUEUED' AND (not_before IS "
                "NULL OR not_before <= $2)"
-               + runnable("$4", "$5");
+               + runnable("$4", "$5", s);
   if (!q.partition_concurrency) {
     add(w.exec_params("SELECT id, name, app_version, partition_key, "
                       "started_at IS NULL FROM "

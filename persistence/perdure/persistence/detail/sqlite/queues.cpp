@@ -5,6 +5,7 @@
 
 #include "perdure/error.hpp"
 #include "perdure/persistence/detail/queue_choice.hpp"
+#include "perdure/persistence/detail/sql/claim_sql.hpp"
 #include "perdure/persistence/detail/sql/pg_text.hpp"
 #include "perdure/persistence/detail/sqlite/statement.hpp"
 #include "perdure/persistence/sqlite_store.hpp"
@@ -72,22 +73,17 @@ create_result sqlite_store::enqueue(const run_record& item) {
 
 namespace {
 
-/// The claim's filter of what this process can run: its version (?5) and
-/// its workflows (?6, ...).
-std::string runnable_sql(const queue_claim_request& req) {
-  std::string names;
-  for (std::size_t i = 0; i < req.filter.names.size(); ++i)
-    names += (i == 0 ? "?" : ", ?") + std::to_string(i + 6);
-  return "(app_version = '' OR app_version = ?5) AND name IN ("
-         + (names.empty() ? std::string{"NULL"} : names) + ")";
+/// The claim's filter of what this process can run (the claim filter's
+/// rule: its version ?5, its workflows and patches ?6).
+std::string runnable_sql(const queue_claim_request&) {
+  return detail::claimable(detail::sql_dialect::sqlite, "?6", "?5");
 }
 
 /// Binds what `runnable_sql` names (of a statement of the store).
 template <class Statement>
 void bind_runnable(Statement& st, const queue_claim_request& req) {
   st.bind(5, req.filter.app_version);
-  for (std::size_t i = 0; i < req.filter.names.size(); ++i)
-    st.bind(static_cast<int>(i + 6), req.filter.names[i]);
+  st.bind(6, detail::claim_names(req.filter, detail::sql_dialect::sqlite));
 }
 
 } // namespace
