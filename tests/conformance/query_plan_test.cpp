@@ -312,7 +312,7 @@ TEST_F(query_plan_test, no_statement_scans_every_run_or_the_journal) {
       static const std::regex bounded{
         R"(USING (COVERING )?INDEX (runs_pending|runs_inbox|runs_queued|)"
         R"(runs_queued_partition|runs_queue_running|runs_delivered|)"
-        R"(runs_cancel_signalled|runs_unended_version)\b)"};
+        R"(runs_cancel_signalled|runs_blocked)\b)"};
       for (auto& n : names) {
         std::regex walk{"SCAN " + n + "( USING [^\n]*)?\n"};
         for (std::sregex_iterator i{plan.begin(), plan.end(), walk}, end;

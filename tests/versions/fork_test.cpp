@@ -266,6 +266,37 @@ TEST_F(fork_test, a_fork_keeps_patches_before_its_cut_and_refuses_a_forgotten_ra
   EXPECT_EQ(copied.front().kind, entry_kind::patch);
 }
 
+// A review found a fork lost what its source published before the cut:
+// set_event is replayed, not run again.
+TEST_F(fork_test, a_fork_keeps_the_events_published_before_its_cut) {
+  runtime rt{db_.runtime_config("local")};
+  rt.register_workflow("publish", [this](workflow_context& ctx) -> task<int> {
+    co_await ctx.set_event("stage", std::string{"reserved"});
+    co_await ctx.set_event("stage", std::string{"paid"});
+    co_await ctx.step("ship", [this] {
+      if (!fixed_)
+        throw terminal_error("no carrier (the bug)");
+      return 1;
+    });
+    co_await ctx.set_event("stage", std::string{"shipped"});
+    co_return 1;
+  });
+  rt.start();
+  auto h = rt.start_workflow<int>("publish");
+  EXPECT_THROW(h.get(10s), perdure::error);
+  // Stamped with a version no process runs: it waits while we look.
+  auto fork = rt.fork(h.id(), {.from_last_failure = true,
+                               .app_version = "later"});
+  EXPECT_EQ(rt.get_event<std::string>(fork, "stage", 0ms),
+            std::optional<std::string>{"paid"})
+    << "its last value before the cut";
+  fixed_ = true;
+  EXPECT_EQ(rt.move_runs("later", ""), 1);
+  EXPECT_EQ(rt.retrieve_workflow<int>(fork).get(10s), 1);
+  EXPECT_EQ(rt.get_event<std::string>(fork, "stage", 0ms),
+            std::optional<std::string>{"shipped"});
+}
+
 TEST_F(fork_test, runs_that_gave_up_or_succeeded_resume_and_fork) {
   runtime rt{db_.runtime_config("local")};
   register_abc(rt);

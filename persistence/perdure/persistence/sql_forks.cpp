@@ -172,6 +172,15 @@ run_store::fork_outcome fork_in(sql_tx& tx,
       + detail::undo_entry_name("$1::text", "$2::text")
       + ", outcome, payload, error, created_at FROM {s}journal WHERE run_id "
         "= $1 AND seq >= $3 AND seq < $4"};
+  // The events it published before the cut (`set_event` is an operation:
+  // replayed, not run again, so its row is the copy's): each key's last.
+  static const sql_query events{
+    "fork_events",
+    "INSERT INTO {s}events (run_id, key, value, updated_at) SELECT $2::text, "
+    "j.name, j.payload, j.created_at FROM {s}journal j WHERE j.run_id = "
+    "$1::text AND j.kind = 'event' AND j.seq >= 0 AND j.seq < $3 AND NOT "
+    "EXISTS (SELECT 1 FROM {s}journal k WHERE k.run_id = $1::text AND k.kind "
+    "= 'event' AND k.name = j.name AND k.seq > j.seq AND k.seq < $3)"};
   fork_outcome out;
   auto invocation = tx.first(source, {std::string_view{req.source_id}},
                              [](const sql_row& r) { return r.int64(0); });
@@ -224,6 +233,8 @@ run_store::fork_outcome fork_in(sql_tx& tx,
   });
   if (out.copied != read)
     throw journal_changed{};
+  tx.run(events, {std::string_view{req.source_id},
+                  std::string_view{req.new_id}, at.from});
   out.from = at.from;
   out.what = fork_outcome::result::forked;
   auto before = " before index " + std::to_string(at.from) + " ("

@@ -43,9 +43,13 @@ std::vector<version_report> sql_store::versions() {
                      "state = 'live' GROUP BY app_version"};
   static const sql_query work{
     "versions_work",
-    "SELECT app_version, status, count(*), min(created_at) FROM {s}runs "
-    "WHERE status IN ('PENDING', 'ENQUEUED', 'BLOCKED') GROUP BY "
-    "app_version, status"};
+    // Each status through its partial index (bounded by unended work).
+    "SELECT app_version, 'PENDING', count(*), min(created_at) FROM {s}runs "
+    "WHERE status = 'PENDING' GROUP BY app_version UNION ALL SELECT "
+    "app_version, 'ENQUEUED', count(*), min(created_at) FROM {s}runs WHERE "
+    "status = 'ENQUEUED' AND queue_name IS NOT NULL GROUP BY app_version "
+    "UNION ALL SELECT app_version, 'BLOCKED', count(*), min(created_at) FROM "
+    "{s}runs WHERE status = 'BLOCKED' GROUP BY app_version"};
   std::map<std::string, version_report> by_version;
   std::int64_t live_total = 0;
   read([&](sql_tx& tx) {
@@ -96,8 +100,11 @@ std::int64_t sql_store::move_runs(std::string_view from, std::string_view to,
     "UPDATE {s}runs SET app_version = $2, executor = CASE WHEN status = "
     "'PENDING' THEN '' ELSE executor END, epoch = epoch + 1, "
     "blocked_code_since = CASE WHEN status = 'BLOCKED' THEN 0 ELSE "
-    "blocked_code_since END, updated_at = $3 WHERE app_version = $1 AND "
-    "status IN ('PENDING', 'ENQUEUED', 'BLOCKED') AND "
+    "blocked_code_since END, updated_at = $3 WHERE id IN (SELECT id FROM "
+    "{s}runs WHERE status = 'PENDING' AND app_version = $1 UNION ALL SELECT "
+    "id FROM {s}runs WHERE status = 'ENQUEUED' AND queue_name IS NOT NULL "
+    "AND app_version = $1 UNION ALL SELECT id FROM {s}runs WHERE status = "
+    "'BLOCKED' AND app_version = $1) AND app_version = $1 AND "
     "object_type IS NULL AND ((status = 'BLOCKED' AND queue_name IS NULL) "
     "OR (status = 'PENDING' AND (executor = '' OR "
     "executor NOT IN (SELECT id FROM {s}executors WHERE state = 'live'))) "

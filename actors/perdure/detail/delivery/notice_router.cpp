@@ -88,9 +88,13 @@ void notice_router::announce(const persistence::notice& n) {
 
 void notice_router::sweep() {
   try {
-    auto ids = svc_.stores->with([&](persistence::store& db) {
-      return db.awake_runs(svc_.cfg.executor_id);
-    });
+    // A recovery brings in this executor's awake runs itself: revived
+    // beside it, one would be claimed twice and run by two copies.
+    std::vector<std::string> ids;
+    if (!svc_.recovery->recovering())
+      ids = svc_.stores->with([&](persistence::store& db) {
+        return db.awake_runs(svc_.cfg.executor_id);
+      });
     for (auto& id : ids)
       if (!svc_.runs->is_active(id))
         svc_.launcher->revive(id);

@@ -21,9 +21,10 @@ void recovery_service::reset() {
   std::lock_guard guard{mtx_};
   taking_over_ = false;
   take_over_again_ = false;
-  recovering_ = false;
+  // Until the start's recovery claimed this executor's own runs, nothing
+  // claims for it (see `recover`).
+  recovering_ = true;
   adopt_after_recovery_.clear();
-  adopting_ = 0;
   stranded_suspects_.clear();
   stranded_busy_ = false;
   stranded_due_ = std::chrono::steady_clock::now() + svc_.cfg.stranded_check;
@@ -33,12 +34,14 @@ void recovery_service::recover() {
   // A takeover asked for meanwhile (a notice, a lapse seen by the lease)
   // runs after this one: run alongside, it claimed a run this recovery
   // then claimed again as its own, and both copies ran its step (seen
-  // once in ctest under load).
+  // once in ctest under load). At start nothing ran before (`reset` set
+  // `recovering_`); a recovery after the lease came back does not wait
+  // for a takeover under way (it may run on the executor that takeover
+  // needs), and two recoveries take turns.
+  std::lock_guard one_at_a_time{recovery_mtx_};
   {
-    std::unique_lock guard{mtx_};
+    std::lock_guard guard{mtx_};
     recovering_ = true;
-    // One asked for before (listening began first) finishes first.
-    idle_.wait(guard, [this] { return !taking_over_ && adopting_ == 0; });
   }
   struct then_take_over {
     recovery_service& rs;
@@ -148,16 +151,8 @@ void recovery_service::take_over(std::optional<std::string> only) {
         taking_over_ = true;
     }
     if (only) {
-      {
-        std::lock_guard guard{mtx_};
-        ++adopting_;
-      }
-      svc_.control->post([this, id = std::move(*only)] {
-        take_over_now(id);
-        std::lock_guard guard{mtx_};
-        if (--adopting_ == 0)
-          idle_.notify_all();
-      });
+      svc_.control->post(
+        [this, id = std::move(*only)] { take_over_now(id); });
       return;
     }
     svc_.control->post([this] {
@@ -173,9 +168,8 @@ void recovery_service::take_over(std::optional<std::string> only) {
         auto running = svc_.runs->running();
         std::lock_guard guard{mtx_};
         if (!std::exchange(take_over_again_, false) || !running
-            || recovering_) { // a recovery waits: it takes over after
+            || recovering_) { // a recovery takes over after it
           taking_over_ = false;
-          idle_.notify_all();
           return;
         }
       }
@@ -280,6 +274,11 @@ void recovery_service::count_left() {
                     "registered here, or they were started by another app "
                     "version)",
                     cfg.executor_id, left);
+}
+
+bool recovery_service::recovering() {
+  std::lock_guard guard{mtx_};
+  return recovering_;
 }
 
 bool recovery_service::stranded_check_due(

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -44,6 +43,10 @@ public:
     return left_pending_.load();
   }
 
+  /// Whether a recovery runs (or is yet to run at start): what it brings
+  /// in is not to be claimed beside it (see `recover`).
+  bool recovering();
+
   /// Whether a look for stranded work is due now; if so it is under way
   /// until `check_stranded` returns.
   bool stranded_check_due(std::chrono::steady_clock::time_point now);
@@ -73,14 +76,13 @@ private:
   std::mutex mtx_;
   bool taking_over_ = false;
   bool take_over_again_ = false;
-  /// `recover` runs: takeovers asked for wait for it (one would claim a
-  /// run the recovery then claims again), runs to adopt by id here.
+  /// `recover` runs (or, from `reset`, is yet to run at start):
+  /// takeovers asked for wait for it (one would claim a run the recovery
+  /// then claims again), runs to adopt by id here.
   bool recovering_ = false;
   std::vector<std::string> adopt_after_recovery_;
-  /// Runs being adopted by id on the control executor now.
-  int adopting_ = 0;
-  /// Signalled when no takeover runs (`taking_over_` false, `adopting_` 0).
-  std::condition_variable idle_;
+  /// Held by `recover` throughout: recoveries take turns.
+  std::mutex recovery_mtx_;
   /// Work found without an actor at the last stranded check, with its
   /// epoch (brought back if still so at the next one).
   std::unordered_map<std::string, std::int64_t> stranded_suspects_;
