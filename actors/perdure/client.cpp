@@ -303,6 +303,37 @@ void client::resume(const std::string& id, resume_options opts) {
     throw error(errc::invalid_argument, not_resumable(id, *out.was));
 }
 
+namespace {
+
+/// Walks the runs `filter` matches, page by page (`filter.limit` a page,
+/// its cursor ignored): counts and samples those `wanted` takes, and
+/// unless `dry_run` does `act` to each (which fills in `done`, `refused`).
+template <class Wanted, class Act>
+bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
+                              bool dry_run, Wanted wanted, Act act) {
+  constexpr std::size_t sample_size = 10;
+  bulk_result result;
+  filter.cursor.clear();
+  for (;;) {
+    auto page = rt.svc.stores->with(
+      [&](persistence::store& db) { return db.list_runs(filter); });
+    for (auto& run : page.runs) {
+      if (!wanted(run))
+        continue;
+      ++result.matched;
+      if (result.sample.size() < sample_size)
+        result.sample.push_back(run.id);
+      if (!dry_run)
+        act(run, result);
+    }
+    if (page.next_cursor.empty())
+      return result;
+    filter.cursor = std::move(page.next_cursor);
+  }
+}
+
+} // namespace
+
 bulk_result client::resume_matching(run_filter filter, resume_options opts,
                                     bool dry_run) {
   auto& rt = *impl_;
@@ -312,20 +343,10 @@ bulk_result client::resume_matching(run_filter filter, resume_options opts,
                 "runs that are " + std::string{to_string(*filter.status)}
                   + " cannot be resumed: filter on ERROR, CANCELLED, "
                     "RETRIES_EXCEEDED, DEAD_LETTER or BLOCKED");
-  constexpr std::size_t sample_size = 10;
-  bulk_result result;
-  filter.cursor.clear();
-  for (;;) {
-    auto page = rt.svc.stores->with(
-      [&](persistence::store& db) { return db.list_runs(filter); });
-    for (auto& run : page.runs) {
-      if (!resumable(run.status))
-        continue;
-      ++result.matched;
-      if (result.sample.size() < sample_size)
-        result.sample.push_back(run.id);
-      if (dry_run)
-        continue;
+  return for_each_matching(
+    rt, std::move(filter), dry_run,
+    [](const run_info& run) { return resumable(run.status); },
+    [&](const run_info& run, bulk_result& result) {
       persistence::run_store::resume_outcome out;
       try {
         out = resume_one(rt, run.id, opts);
@@ -334,17 +355,13 @@ bulk_result client::resume_matching(run_filter filter, resume_options opts,
             && ex.code() != errc::conflicting_id)
           throw;
         result.refused.emplace_back(run.id, ex.what());
-        continue;
+        return;
       }
       if (out.resumed)
         ++result.done;
       else if (out.was) // a queue item, an invocation, or changed since
         result.refused.emplace_back(run.id, not_resumable(run.id, *out.was));
-    }
-    if (page.next_cursor.empty())
-      return result;
-    filter.cursor = std::move(page.next_cursor);
-  }
+    });
 }
 
 namespace {
@@ -415,23 +432,13 @@ bulk_result client::fork_matching(run_filter filter, fork_options opts,
     throw error(errc::invalid_argument,
                 "forks by filter take fresh ids: leave fork_options::id "
                 "empty");
-  constexpr std::size_t sample_size = 10;
-  bulk_result result;
-  filter.cursor.clear();
   // Forks made here are new runs the listing may show on a later page:
   // they are not forked again.
   std::unordered_set<std::string> made;
-  for (;;) {
-    auto page = rt.svc.stores->with(
-      [&](persistence::store& db) { return db.list_runs(filter); });
-    for (auto& run : page.runs) {
-      if (made.count(run.id) > 0)
-        continue;
-      ++result.matched;
-      if (result.sample.size() < sample_size)
-        result.sample.push_back(run.id);
-      if (dry_run)
-        continue;
+  return for_each_matching(
+    rt, std::move(filter), dry_run,
+    [&](const run_info& run) { return made.count(run.id) == 0; },
+    [&](const run_info& run, bulk_result& result) {
       opts.id = detail::random_id();
       auto out = fork_one(rt, run.id, opts);
       using result_kind = persistence::run_store::fork_outcome::result;
@@ -442,11 +449,7 @@ bulk_result client::fork_matching(run_filter filter, fork_options opts,
       } else if (out.what == result_kind::refused) {
         result.refused.emplace_back(run.id, not_forkable(run.id, out.why));
       }
-    }
-    if (page.next_cursor.empty())
-      return result;
-    filter.cursor = std::move(page.next_cursor);
-  }
+    });
 }
 
 std::vector<version_report> client::versions() {

@@ -178,9 +178,10 @@ run_store::fork_outcome fork_in(sql_tx& tx,
     "fork_events",
     "INSERT INTO {s}events (run_id, key, value, updated_at) SELECT $2::text, "
     "j.name, j.payload, j.created_at FROM {s}journal j WHERE j.run_id = "
-    "$1::text AND j.kind = 'event' AND j.seq >= 0 AND j.seq < $3 AND NOT "
-    "EXISTS (SELECT 1 FROM {s}journal k WHERE k.run_id = $1::text AND k.kind "
-    "= 'event' AND k.name = j.name AND k.seq > j.seq AND k.seq < $3)"};
+    "$1::text AND j.kind = 'event' AND j.outcome = 0 AND j.seq >= 0 AND "
+    "j.seq < $3 AND NOT EXISTS (SELECT 1 FROM {s}journal k WHERE k.run_id = "
+    "$1::text AND k.kind = 'event' AND k.outcome = 0 AND k.name = j.name AND "
+    "k.seq > j.seq AND k.seq < $3)"};
   fork_outcome out;
   auto invocation = tx.first(source, {std::string_view{req.source_id}},
                              [](const sql_row& r) { return r.int64(0); });

@@ -43,13 +43,18 @@ std::vector<version_report> sql_store::versions() {
                      "state = 'live' GROUP BY app_version"};
   static const sql_query work{
     "versions_work",
-    // Each status through its partial index (bounded by unended work).
+    // Each status through its partial index (bounded by unended work; an
+    // object's calls waiting in its inbox through runs_inbox, whose
+    // condition SQLite must find written out).
     "SELECT app_version, 'PENDING', count(*), min(created_at) FROM {s}runs "
     "WHERE status = 'PENDING' GROUP BY app_version UNION ALL SELECT "
     "app_version, 'ENQUEUED', count(*), min(created_at) FROM {s}runs WHERE "
     "status = 'ENQUEUED' AND queue_name IS NOT NULL GROUP BY app_version "
-    "UNION ALL SELECT app_version, 'BLOCKED', count(*), min(created_at) FROM "
-    "{s}runs WHERE status = 'BLOCKED' GROUP BY app_version"};
+    "UNION ALL SELECT app_version, 'ENQUEUED', count(*), min(created_at) "
+    "FROM {s}runs WHERE object_type IS NOT NULL AND status IN ('ENQUEUED', "
+    "'PENDING') AND status = 'ENQUEUED' GROUP BY app_version UNION ALL SELECT app_version, 'BLOCKED', count(*), "
+    "min(created_at) FROM {s}runs WHERE status = 'BLOCKED' GROUP BY "
+    "app_version"};
   std::map<std::string, version_report> by_version;
   std::int64_t live_total = 0;
   read([&](sql_tx& tx) {

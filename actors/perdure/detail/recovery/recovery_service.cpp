@@ -31,21 +31,20 @@ void recovery_service::reset() {
 }
 
 void recovery_service::recover() {
-  // A takeover asked for meanwhile (a notice, a lapse seen by the lease)
-  // runs after this one: run alongside, it claimed a run this recovery
-  // then claimed again as its own, and both copies ran its step (seen
-  // once in ctest under load). At start nothing ran before (`reset` set
-  // `recovering_`); a recovery after the lease came back does not wait
-  // for a takeover under way (it may run on the executor that takeover
-  // needs), and two recoveries take turns.
+  // At start (`reset` set `recovering_`; notices are heard only after
+  // it), a takeover asked for meanwhile (a lapse the lease saw) runs after
+  // it: run alongside, it claimed a run this recovery then claimed again
+  // as its own, and both copies ran its step (seen once in ctest under
+  // load). A recovery after the lease came back runs beside the rest as
+  // before; two recoveries take turns.
   std::lock_guard one_at_a_time{recovery_mtx_};
-  {
-    std::lock_guard guard{mtx_};
-    recovering_ = true;
-  }
+  bool at_start = recovering();
   struct then_take_over {
     recovery_service& rs;
+    bool at_start;
     ~then_take_over() {
+      if (!at_start)
+        return;
       bool again = false;
       std::vector<std::string> adopt;
       {
@@ -59,7 +58,7 @@ void recovery_service::recover() {
       if (again)
         rs.take_over();
     }
-  } after{*this};
+  } after{*this, at_start};
   auto& cfg = svc_.cfg;
   // Runs of this id it cannot run (restarted without their workflow, or
   // at another version) go to processes that can.
@@ -167,8 +166,8 @@ void recovery_service::take_over(std::optional<std::string> only) {
         }
         auto running = svc_.runs->running();
         std::lock_guard guard{mtx_};
-        if (!std::exchange(take_over_again_, false) || !running
-            || recovering_) { // a recovery takes over after it
+        if (recovering_ || !std::exchange(take_over_again_, false)
+            || !running) { // (a recovery takes over after it)
           taking_over_ = false;
           return;
         }

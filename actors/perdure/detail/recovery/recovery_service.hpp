@@ -43,8 +43,8 @@ public:
     return left_pending_.load();
   }
 
-  /// Whether a recovery runs (or is yet to run at start): what it brings
-  /// in is not to be claimed beside it (see `recover`).
+  /// Whether the start's recovery is yet to end: what it brings in is not
+  /// to be claimed beside it (see `recover`).
   bool recovering();
 
   /// Whether a look for stranded work is due now; if so it is under way
@@ -76,9 +76,9 @@ private:
   std::mutex mtx_;
   bool taking_over_ = false;
   bool take_over_again_ = false;
-  /// `recover` runs (or, from `reset`, is yet to run at start):
-  /// takeovers asked for wait for it (one would claim a run the recovery
-  /// then claims again), runs to adopt by id here.
+  /// From `reset` until the start's `recover` ends: takeovers asked for
+  /// wait for it (one would claim a run the recovery then claims again),
+  /// runs to adopt by id here.
   bool recovering_ = false;
   std::vector<std::string> adopt_after_recovery_;
   /// Held by `recover` throughout: recoveries take turns.

@@ -117,8 +117,11 @@ void runtime_impl::start_client() {
 //   2 lease      acquired, heartbeats from now on
 //   3 parts      writer, executors, pools, actor system, timers
 //   4 open       the registry (runs may live) and the gate (calls enter)
-//   5 listen     notices, before any run looks at the store
-//   6 recover    own runs, then what died elsewhere; then keys
+//   5 recover    own runs, then what died elsewhere; then keys; nothing
+//                else claims meanwhile (a notice's revive or takeover
+//                beside it claimed a run twice, and two copies ran a step)
+//   6 listen     notices; the first says `missed`: every run in memory
+//                looks at the store again, the sweep and a takeover run
 //   7 queues     after recovery: what they claim is not ours yet
 //   8 housekeep  the 100 ms ticker
 void runtime_impl::start() {
@@ -201,11 +204,11 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   phase("start: open");
   runs_.open();
   gate_.open();
-  phase("start: listen");
-  notices_.listen(opts);
   phase("start: recover");
   recovery_.recover();
   objects_.recover(true);
+  phase("start: listen");
+  notices_.listen(opts);
   if (queues_) {
     phase("start: queues");
     queues_->start();
