@@ -7,6 +7,21 @@
 
 namespace perdure::persistence {
 
+bool claim_filter::admits(const std::string& name, const std::string& version,
+                          std::string_view patches) const {
+  if (!admits(name, version))
+    return false;
+  while (!patches.empty()) {
+    auto end = patches.find('\x1f');
+    auto known = name + '\x1e' + std::string{patches.substr(0, end)};
+    if (std::find(names.begin(), names.end(), known) == names.end())
+      return false;
+    patches.remove_prefix(end == std::string_view::npos ? patches.size()
+                                                        : end + 1);
+  }
+  return true;
+}
+
 bool object_claim_filter::admits(std::string_view type,
                                  std::string_view handler,
                                  std::string_view version) const {

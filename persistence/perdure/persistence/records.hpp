@@ -45,6 +45,10 @@ struct claim_filter {
     return (version.empty() || version == app_version)
            && std::find(names.begin(), names.end(), name) != names.end();
   }
+
+  /// `admits`, for a run that took `patches` (each followed by '\x1f').
+  bool admits(const std::string& name, const std::string& version,
+              std::string_view patches) const;
 };
 
 /// Which invocations of virtual objects a process may run: those of a

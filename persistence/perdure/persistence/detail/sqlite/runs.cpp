@@ -15,10 +15,19 @@
 
 #include "perdure/error.hpp"
 #include "perdure/persistence/detail/shared_sql.hpp"
-#include "perdure/persistence/detail/sql/claim_sql.hpp"
 #include "perdure/persistence/notice.hpp"
 
 namespace perdure::persistence {
+
+namespace {
+
+/// The patches a run took, each followed by '\x1f' (see
+/// `claim_filter::admits`).
+constexpr const char* patches_taken
+  = "COALESCE((SELECT group_concat(pj.name || char(31), '') FROM journal pj "
+    "WHERE pj.run_id = runs.id AND pj.seq < 0 AND pj.kind = 'patch'), '')";
+
+} // namespace
 
 using detail::run_columns;
 using namespace detail::sqlite;
@@ -130,14 +139,13 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
                                                   bool new_epoch) {
   return in_transaction([&]() -> std::optional<run_record> {
     // Keeping its epoch, only a passivated run (its wake-up time written).
-    auto& sel = prepare(
-      "SELECT 1 FROM runs WHERE id = ?1 AND executor = ?2 AND status = "
-      "'PENDING' AND (?3 = 1 OR wake_at IS NOT NULL) AND "
-      + detail::claimable(detail::sql_dialect::sqlite, "?4", "?5"));
+    auto& sel = prepare("SELECT name, app_version, " + std::string{patches_taken}
+                        + " FROM runs WHERE id = ?1 AND "
+                        "executor = ?2 AND status = 'PENDING' AND object_type "
+                        "IS NULL AND (?3 = 1 OR wake_at IS NOT NULL)");
     sel.bind(1, id).bind(2, executor).bind(3, std::int64_t{new_epoch ? 1 : 0});
-    sel.bind(4, detail::claim_names(filter, detail::sql_dialect::sqlite));
-    sel.bind(5, filter.app_version);
-    auto ok = sel.step();
+    auto ok = sel.step()
+              && filter.admits(sel.text(0), sel.text(1), sel.text(2));
     sel.reset();
     if (!ok)
       return std::nullopt;
@@ -220,15 +228,15 @@ sqlite_store::claim_where(const std::string& which, std::string_view arg,
   std::vector<std::string> ids;
   // `+created_at`: sorted after the PENDING runs are found by runs_pending
   // (ordering by runs_created walks every run ever made).
-  auto& sel = prepare(
-    "SELECT id FROM runs WHERE status = 'PENDING' AND " + which + " AND "
-    + detail::claimable(detail::sql_dialect::sqlite, "?5", "?6")
-    + " ORDER BY +created_at, id");
+  auto& sel = prepare("SELECT id, name, app_version, "
+                      + std::string{patches_taken}
+                      + " FROM runs WHERE status = "
+                      "'PENDING' AND object_type IS NULL AND " + which
+                      + " ORDER BY +created_at, id");
   sel.bind(1, arg);
-  sel.bind(5, detail::claim_names(filter, detail::sql_dialect::sqlite));
-  sel.bind(6, filter.app_version);
   while (sel.step())
-    ids.push_back(sel.text(0));
+    if (filter.admits(sel.text(1), sel.text(2), sel.text(3)))
+      ids.push_back(sel.text(0));
   sel.reset();
   std::vector<run_record> result;
   for (auto& id : ids) {
