@@ -45,3 +45,8 @@ install(FILES ${PROJECT_BINARY_DIR}/perdureConfig.cmake
               ${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
               ${PROJECT_SOURCE_DIR}/cmake/PerdureReplay.cmake
         DESTINATION ${PERDURE_CMAKE_DIR})
+
+# The operator's command-line tool, as `perdure` on the PATH.
+if(TARGET perdure-cli)
+  install(TARGETS perdure-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()

@@ -18,6 +18,7 @@
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/runtime/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
+#include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/text.hpp"
 
@@ -310,7 +311,8 @@ namespace {
 /// unless `dry_run` does `act` to each (which fills in `done`, `refused`).
 template <class Wanted, class Act>
 bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
-                              bool dry_run, Wanted wanted, Act act) {
+                              bool dry_run, const bulk_progress& progress,
+                              Wanted wanted, Act act) {
   constexpr std::size_t sample_size = 10;
   bulk_result result;
   filter.cursor.clear();
@@ -323,8 +325,12 @@ bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
       ++result.matched;
       if (result.sample.size() < sample_size)
         result.sample.push_back(run.id);
-      if (!dry_run)
+      if (!dry_run) {
         act(run, result);
+        if (progress)
+          progress(result.done
+                   + static_cast<std::int64_t>(result.refused.size()));
+      }
     }
     if (page.next_cursor.empty())
       return result;
@@ -335,7 +341,8 @@ bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
 } // namespace
 
 bulk_result client::resume_matching(run_filter filter, resume_options opts,
-                                    bool dry_run) {
+                                    bool dry_run,
+                                    const bulk_progress& progress) {
   auto& rt = *impl_;
   detail::runtime_impl::client_call call{rt};
   if (filter.status && !resumable(*filter.status))
@@ -344,7 +351,7 @@ bulk_result client::resume_matching(run_filter filter, resume_options opts,
                   + " cannot be resumed: filter on ERROR, CANCELLED, "
                     "RETRIES_EXCEEDED, DEAD_LETTER or BLOCKED");
   return for_each_matching(
-    rt, std::move(filter), dry_run,
+    rt, std::move(filter), dry_run, progress,
     [](const run_info& run) { return resumable(run.status); },
     [&](const run_info& run, bulk_result& result) {
       persistence::run_store::resume_outcome out;
@@ -424,7 +431,8 @@ std::string client::fork(const std::string& id, fork_options opts) {
 }
 
 bulk_result client::fork_matching(run_filter filter, fork_options opts,
-                                  bool dry_run) {
+                                  bool dry_run,
+                                  const bulk_progress& progress) {
   auto& rt = *impl_;
   detail::runtime_impl::client_call call{rt};
   check_fork_point(opts);
@@ -436,7 +444,7 @@ bulk_result client::fork_matching(run_filter filter, fork_options opts,
   // they are not forked again.
   std::unordered_set<std::string> made;
   return for_each_matching(
-    rt, std::move(filter), dry_run,
+    rt, std::move(filter), dry_run, progress,
     [&](const run_info& run) { return made.count(run.id) == 0; },
     [&](const run_info& run, bulk_result& result) {
       opts.id = detail::random_id();
@@ -450,6 +458,138 @@ bulk_result client::fork_matching(run_filter filter, fork_options opts,
         result.refused.emplace_back(run.id, not_forkable(run.id, out.why));
       }
     });
+}
+
+namespace {
+
+bool cancellable(run_status s) {
+  return s == run_status::pending || s == run_status::enqueued
+         || s == run_status::blocked || s == run_status::compensating;
+}
+
+} // namespace
+
+bulk_result client::cancel_matching(run_filter filter, bool dry_run,
+                                    const bulk_progress& progress) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  if (filter.status && !cancellable(*filter.status))
+    throw error(errc::invalid_argument,
+                "runs that are " + std::string{to_string(*filter.status)}
+                  + " have ended: filter on PENDING, ENQUEUED or BLOCKED "
+                    "(or on no status: every unended run)");
+  if (!filter.status)
+    filter.unended = true;
+  return for_each_matching(
+    rt, std::move(filter), dry_run, progress,
+    [](const run_info& run) { return cancellable(run.status); },
+    [&](const run_info& run, bulk_result& result) {
+      try {
+        detail::cancel_run(rt, run.id);
+        ++result.done;
+      } catch (const error& ex) {
+        if (ex.code() != errc::not_found)
+          throw;
+        result.refused.emplace_back(run.id, ex.what());
+      }
+    });
+}
+
+run_detail client::describe(const std::string& id) {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  auto run = rt.svc.stores->with(
+    [&](persistence::store& db) { return db.get_run(id); });
+  if (!run)
+    throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  auto at = [](std::int64_t ms) {
+    return std::chrono::system_clock::time_point{std::chrono::milliseconds{ms}};
+  };
+  auto at_opt = [&](const std::optional<std::int64_t>& ms)
+    -> std::optional<std::chrono::system_clock::time_point> {
+    if (!ms)
+      return std::nullopt;
+    return at(*ms);
+  };
+  run_detail d;
+  auto& i = d.info;
+  i.id = run->id;
+  i.name = run->name;
+  i.status = run->status;
+  if (run->status == run_status::pending
+      && run->saga_phase == persistence::saga_phase::compensating)
+    i.status = run_status::compensating;
+  i.executor = run->owner.executor;
+  i.created_at = at(run->created_at_ms);
+  i.updated_at = at(run->updated_at_ms);
+  i.error = run->error;
+  i.parent_id = run->parent_id;
+  i.app_version = run->app_version;
+  if (!run->queue_name.empty())
+    i.queue = run->queue_name;
+  if (!run->object_type.empty()) {
+    i.object_type = run->object_type;
+    i.object_key = run->object_key;
+  }
+  d.epoch = run->owner.epoch;
+  d.inputs = std::move(run->inputs);
+  d.output = std::move(run->output);
+  d.started_at = at_opt(run->started_at_ms);
+  d.wake_at = at_opt(run->wake_at_ms);
+  d.deadline = at_opt(run->deadline_ms);
+  d.attempts = run->attempts;
+  d.recovery_attempts = run->recovery_attempts;
+  d.priority = run->priority;
+  d.partition_key = run->partition_key;
+  d.dedup_id = run->dedup_id;
+  d.saga_phase = run->saga_phase;
+  d.cancel_requested = run->cancel_requested;
+  return d;
+}
+
+std::vector<executor_info> client::executors() {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  return rt.svc.stores->with(
+    [&](persistence::store& db) { return db.list_executors(); });
+}
+
+std::vector<queue_info> client::queues() {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  return rt.svc.stores->with(
+    [&](persistence::store& db) { return db.list_queues(); });
+}
+
+std::string client::not_ready() {
+  auto& rt = *impl_;
+  if (!rt.running())
+    return "not started (or stopped)";
+  if (!rt.client_mode && rt.svc.runs->lease_lost())
+    return "executor '" + rt.cfg.executor_id
+           + "' lost its lease (stalled or cut off past lease_timeout) and "
+             "has not got it back";
+  try {
+    detail::runtime_impl::client_call call{rt};
+    (void)rt.svc.stores->with(
+      [](persistence::store& db) { return db.schema_version(); });
+  } catch (const std::exception& ex) {
+    return std::string{"the store does not answer: "} + ex.what();
+  }
+  return {};
+}
+
+store_description client::store_info() {
+  auto& rt = *impl_;
+  detail::runtime_impl::client_call call{rt};
+  store_description out;
+  rt.svc.stores->with([&](persistence::store& db) {
+    out.dialect = db.dialect();
+    out.schema_version = db.schema_version();
+  });
+  out.latest_schema_version
+    = persistence::detail::sqlite_migrations().back().version;
+  return out;
 }
 
 std::vector<version_report> client::versions() {

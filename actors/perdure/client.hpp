@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,19 @@ struct bulk_result {
   std::vector<std::pair<std::string, std::string>> refused{};
   /// `fork_matching`: the runs it started, as (source, fork) ids.
   std::vector<std::pair<std::string, std::string>> created{};
+};
+
+/// Called as a bulk action goes: how many runs it has acted on so far
+/// (done or refused).
+using bulk_progress = std::function<void(std::int64_t)>;
+
+/// The store a client talks to (`client::store_info`).
+struct store_description {
+  /// `postgresql` or `sqlite`.
+  std::string dialect;
+  /// The schema version the database is at, and the one this build
+  /// migrates to.
+  int schema_version = 0, latest_schema_version = 0;
 };
 
 /// Where `client::fork` starts the new run. At most one of the three
@@ -167,7 +181,8 @@ public:
   /// too what the store would refuse: a queue item that is not a dead
   /// letter, an object invocation).
   bulk_result resume_matching(run_filter filter, resume_options opts = {},
-                              bool dry_run = false);
+                              bool dry_run = false,
+                              const bulk_progress& progress = {});
 
   /// `fork` of every run `filter` matches (any status but object
   /// invocations), each from the point `opts` names and under a fresh id
@@ -176,7 +191,8 @@ public:
   /// fit is in `refused`, with why. `dry_run`: counts and samples the
   /// runs and changes nothing.
   bulk_result fork_matching(run_filter filter, fork_options opts = {},
-                            bool dry_run = false);
+                            bool dry_run = false,
+                            const bulk_progress& progress = {});
 
   /// Returns every app version that processes ran or unended work carries:
   /// its live processes, its PENDING, ENQUEUED and BLOCKED work and the
@@ -194,6 +210,33 @@ public:
   std::int64_t move_runs(const std::string& from_version,
                          const std::string& to_version,
                          const std::string& reason = {});
+
+  /// Cancels every unended run `filter` matches (PENDING, ENQUEUED or
+  /// BLOCKED; a filter without a status takes all three), each as `cancel`
+  /// does, walking the listing page by page. `dry_run`: counts and samples
+  /// them and changes nothing. `progress` is told as it goes.
+  bulk_result cancel_matching(run_filter filter, bool dry_run = false,
+                              const bulk_progress& progress = {});
+
+  /// Returns everything the store holds of run `id` but its journal (see
+  /// `history`). Throws `not_found` for an unknown id.
+  run_detail describe(const std::string& id);
+
+  /// Returns every executor row (runtimes' leases: live, stopped or
+  /// lapsed) with the runs each holds.
+  std::vector<executor_info> executors();
+
+  /// Returns every queue a runtime registered, with its limits.
+  std::vector<queue_info> queues();
+
+  /// Returns why this process is not ready for work, or an empty string
+  /// if it is: not started, a runtime whose executor lease is lost (it
+  /// stalled or was cut off), or a store that does not answer (after the
+  /// retry budget). One statement on the store.
+  std::string not_ready();
+
+  /// Returns which store this is and its schema version.
+  store_description store_info();
 
   /// Returns one page of runs matching `filter`, newest first (id, name,
   /// status, executor, times, error). Throws `invalid_argument` for a bad
@@ -280,6 +323,13 @@ public:
     return persistence::decode<State>(*bytes);
   }
 
+  /// `object_state` as stored (JSON text unless the binary encoding was
+  /// chosen), for tools that do not know the state's type.
+  std::optional<std::string> object_state_encoded(std::string_view type,
+                                                  std::string_view key) {
+    return state_bytes(type, key);
+  }
+
   /// Returns up to `limit` keys of type `type` that have a row (called at
   /// least once), in key order, after `after`.
   std::vector<std::string> list_objects(std::string_view type,
@@ -304,6 +354,12 @@ public:
     resolve(id, false, std::move(reason));
   }
 
+  /// `resolve_awakeable` with a value already encoded, e.g. JSON text
+  /// `{"value":...}` as `persistence::encode` writes it (the CLI's way).
+  void resolve_awakeable_encoded(const std::string& id, std::string bytes) {
+    resolve(id, true, std::move(bytes));
+  }
+
   // -- promises, messages, events ---------------------------------------------
 
   /// Completes promise `name` of run `workflow_id` (see
@@ -315,6 +371,12 @@ public:
                        const T& value) {
     complete_promise(workflow_id, name, true,
                      persistence::encode(value, cfg().payload_encoding));
+  }
+
+  /// `resolve_promise` with a value already encoded.
+  void resolve_promise_encoded(const std::string& workflow_id,
+                               const std::string& name, std::string bytes) {
+    complete_promise(workflow_id, name, true, std::move(bytes));
   }
 
   /// Fails promise `name`: the waiting code gets a `terminal_error`.
@@ -331,6 +393,12 @@ public:
             const T& value) {
     send_bytes(workflow_id, topic,
                persistence::encode(value, cfg().payload_encoding));
+  }
+
+  /// `send` of a message already encoded.
+  void send_encoded(const std::string& workflow_id, const std::string& topic,
+                    std::string bytes) {
+    send_bytes(workflow_id, topic, std::move(bytes));
   }
 
   /// Returns event `key` of run `workflow_id` (see

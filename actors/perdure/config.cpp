@@ -14,6 +14,8 @@ config config::from_env() {
   read("PERDURE_SCHEMA", result.schema);
   read("PERDURE_EXECUTOR_ID", result.executor_id);
   read("PERDURE_APP_VERSION", result.app_version);
+  read("PERDURE_ADMIN_LISTEN", result.admin_listen);
+  read("PERDURE_ADMIN_TOKEN", result.admin_token);
   return result;
 }
 

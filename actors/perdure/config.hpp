@@ -102,6 +102,13 @@ struct config {
   /// is brought back.
   std::chrono::milliseconds stranded_check{10'000};
 
+  /// Where `perdure::admin::endpoint` listens (`host:port`; port 0: any
+  /// free one), e.g. `127.0.0.1:9464`; empty: the endpoint stays off.
+  std::string admin_listen;
+  /// The bearer token the endpoint's actions (cancel, resume, ...)
+  /// require; empty: none, allowed only on a loopback address.
+  std::string admin_token;
+
   /// What `perdure::testing::check_crash_points` observes of a runtime:
   /// called after each checkpoint of a run committed (not on replay), and
   /// right before each step body runs, with the run's id and the
@@ -120,7 +127,7 @@ struct config {
 
   /// Returns the defaults overridden by the environment:
   /// `PERDURE_DATABASE_URL`, `PERDURE_SCHEMA`, `PERDURE_EXECUTOR_ID`,
-  /// `PERDURE_APP_VERSION`.
+  /// `PERDURE_APP_VERSION`, `PERDURE_ADMIN_LISTEN`, `PERDURE_ADMIN_TOKEN`.
   static config from_env();
 };
 

@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "perdure/queue_stats.hpp"
 #include "perdure/run_status.hpp"
 
 namespace perdure {
@@ -24,6 +26,25 @@ struct run_filter {
   /// Where the page starts: empty for the newest runs, else the
   /// `next_cursor` of the previous page.
   std::string cursor{};
+  /// Only runs that have not ended: ENQUEUED, PENDING (COMPENSATING
+  /// included) and BLOCKED.
+  bool unended = false;
+  /// The app version stamped on the run.
+  std::optional<std::string> app_version{};
+  /// The executor that owns (or last owned) it.
+  std::optional<std::string> executor{};
+  /// The run that started it as its child.
+  std::optional<std::string> parent_id{};
+  /// The queue it was enqueued in.
+  std::optional<std::string> queue{};
+  /// Invocations of objects of this type (and key, if set).
+  std::optional<std::string> object_type{};
+  std::optional<std::string> object_key{};
+  /// Ids that start with this.
+  std::optional<std::string> id_prefix{};
+  /// Ended (in a final status) at or after / before this time.
+  std::optional<std::chrono::system_clock::time_point> ended_after{};
+  std::optional<std::chrono::system_clock::time_point> ended_before{};
 };
 
 /// One run as `list_runs` shows it.
@@ -40,6 +61,62 @@ struct run_info {
   std::optional<std::string> error{};
   /// The run that started it as its child, if any.
   std::optional<std::string> parent_id{};
+  /// The app version stamped on it (processes of that version run it).
+  std::string app_version{};
+  /// A queue item's queue.
+  std::optional<std::string> queue{};
+  /// An object invocation's object type and key (`name` is the handler).
+  std::optional<std::string> object_type{}, object_key{};
+};
+
+/// Everything the store knows of one run (`client::describe`), for
+/// operators: `run_info` and its ownership, timings, waits and payloads.
+struct run_detail {
+  run_info info{};
+  /// The owner's lease epoch when it claimed the run (fences its writes).
+  std::int64_t epoch = 0;
+  /// Encoded as stored (JSON text unless the binary encoding was chosen).
+  std::string inputs{};
+  std::optional<std::string> output{};
+  /// When its current attempt started (queue items).
+  std::optional<std::chrono::system_clock::time_point> started_at{};
+  /// Out of memory until this time (a passivated sleeper or waiter).
+  std::optional<std::chrono::system_clock::time_point> wake_at{};
+  /// Cancelled if it has not ended by then.
+  std::optional<std::chrono::system_clock::time_point> deadline{};
+  /// Attempts begun (queue items), and recoveries after crashes.
+  std::int32_t attempts = 0, recovery_attempts = 0;
+  /// A queue item's priority, partition and dedup id.
+  std::int32_t priority = 0;
+  std::string partition_key{}, dedup_id{};
+  /// A saga's phase (FORWARD, COMPENSATING, DONE); empty for other runs.
+  std::string saga_phase{};
+  /// A cancellation was asked for (a saga observes it).
+  bool cancel_requested = false;
+};
+
+/// One executor (a runtime's lease) as the store sees it
+/// (`client::executors`).
+struct executor_info {
+  std::string id{};
+  /// `live` while its lease is held; `stopped` or `lapsed` after.
+  std::string state{};
+  std::string app_version{};
+  std::int64_t epoch = 0;
+  /// The last heartbeat, and how long a lease lives without one.
+  std::chrono::system_clock::time_point heartbeat_at{};
+  std::chrono::milliseconds lease{0};
+  std::chrono::system_clock::time_point started_at{};
+  /// PENDING runs it holds (object invocations included).
+  std::int64_t runs_held = 0;
+};
+
+/// One queue as defined by the runtimes that registered it
+/// (`client::queues`): its limits as last written.
+struct queue_info {
+  std::string name{};
+  queue_limits limits{};
+  std::chrono::system_clock::time_point updated_at{};
 };
 
 /// One durable operation of a run as its journal recorded it (`history`):

@@ -6,7 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
 # Everything the project needs, from Debian's packages only.
 PERDURE_PACKAGES=(
-  g++ cmake make pkg-config ccache
+  g++ cmake make pkg-config ccache libcli11-dev libcpp-httplib-dev
   libcaf-dev libpqxx-dev libcereal-dev libspdlog-dev libsqlite3-dev
   googletest libgtest-dev libbenchmark-dev nlohmann-json3-dev
   postgresql sqlite3 bsdextrautils

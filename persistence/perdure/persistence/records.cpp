@@ -191,13 +191,30 @@ listing_query listing_query::from(const run_filter& f) {
                            + std::to_string(f.limit) + ")");
   listing_query q;
   q.limit = static_cast<std::int64_t>(f.limit);
-  if (f.status)
+  if (f.status) {
     q.status = std::string{to_string(*f.status)};
+    q.stored_status = *f.status == run_status::compensating
+                        ? std::string{to_string(run_status::pending)}
+                        : *q.status;
+  }
   q.name = f.name;
   if (f.created_after)
-    q.after = std::to_string(to_ms(*f.created_after));
+    q.after = to_ms(*f.created_after);
   if (f.created_before)
-    q.before = std::to_string(to_ms(*f.created_before));
+    q.before = to_ms(*f.created_before);
+  if (f.ended_after)
+    q.ended_after = to_ms(*f.ended_after);
+  if (f.ended_before)
+    q.ended_before = to_ms(*f.ended_before);
+  q.unended = f.unended;
+  q.app_version = f.app_version;
+  q.executor = f.executor;
+  q.parent_id = f.parent_id;
+  q.queue = f.queue;
+  q.object_type = f.object_type;
+  q.object_key = f.object_key;
+  if (f.id_prefix && !f.id_prefix->empty())
+    q.id_prefix = f.id_prefix;
   if (!f.cursor.empty()) {
     // <created_at ms>:<run id>, as `finish` wrote it.
     auto colon = f.cursor.find(':');
@@ -207,7 +224,7 @@ listing_query listing_query::from(const run_filter& f) {
         || digits.find_first_not_of("0123456789") != std::string::npos)
       throw perdure::error(errc::invalid_argument,
                            "list_runs: not a cursor a page returned");
-    q.cursor_at = digits;
+    q.cursor_at = std::stoll(digits);
     q.cursor_id = f.cursor.substr(colon + 1);
   }
   return q;

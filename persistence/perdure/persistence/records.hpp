@@ -496,8 +496,14 @@ std::chrono::system_clock::time_point from_ms(std::int64_t ms);
 /// parameters (null: not filtered), the cursor taken apart. Shared by both
 /// stores so that a cursor means the same on each.
 struct listing_query {
-  std::optional<std::string> status, name, after, before, cursor_at,
-    cursor_id;
+  /// `status`: as reported (COMPENSATING); `stored_status`: as stored
+  /// (PENDING), which an index can find.
+  std::optional<std::string> status, stored_status, name, cursor_id,
+    app_version, executor, parent_id, queue, object_type, object_key,
+    id_prefix;
+  std::optional<std::int64_t> after, before, cursor_at, ended_after,
+    ended_before;
+  bool unended = false;
   std::int64_t limit = 100;
 
   /// Throws `errc::invalid_argument` for a limit outside 1..1000 or a

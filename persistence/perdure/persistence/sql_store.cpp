@@ -445,26 +445,89 @@ sql_store::load_journals(const std::vector<std::string>& run_ids) {
   return result;
 }
 
+namespace {
+
+/// The listing's statement for the filters `l` sets: each set filter is a
+/// plain condition an index can serve (a generic plan keeps it), each
+/// unset one `$n IS NULL` (so every parameter has a place and a type).
+/// One prepared statement per combination of filters.
+sql_query listing_statement(const listing_query& l) {
+  struct condition {
+    bool set;
+    const char* when_set;
+    const char* when_unset;
+  };
+  const char* ended = "status IN ('SUCCESS', 'ERROR', 'CANCELLED', "
+                      "'RETRIES_EXCEEDED', 'COMPENSATED', "
+                      "'COMPENSATION_FAILED', 'DEAD_LETTER')";
+  std::string ended_after = std::string{ended} + " AND updated_at >= $16";
+  std::string ended_before = std::string{ended} + " AND updated_at < $17";
+  std::string status = std::string{"status = $2::text AND "}
+                       + detail::reported_status + " = $1::text";
+  const condition conditions[] = {
+    {l.status.has_value(), status.c_str(),
+     "$1::text IS NULL AND $2::text IS NULL"},
+    {l.name.has_value(), "name = $3", "$3::text IS NULL"},
+    {l.after.has_value(), "created_at >= $4", "$4::bigint IS NULL"},
+    {l.before.has_value(), "created_at < $5", "$5::bigint IS NULL"},
+    {l.cursor_at.has_value(), "(created_at, id) < ($6::bigint, $7::text)",
+     "$6::bigint IS NULL AND $7::text IS NULL"},
+    {l.app_version.has_value(), "app_version = $9", "$9::text IS NULL"},
+    {l.executor.has_value(), "executor = $10", "$10::text IS NULL"},
+    {l.parent_id.has_value(), "parent_id = $11", "$11::text IS NULL"},
+    {l.queue.has_value(), "queue_name = $12", "$12::text IS NULL"},
+    {l.object_type.has_value(), "object_type = $13", "$13::text IS NULL"},
+    {l.object_key.has_value(), "object_key = $14", "$14::text IS NULL"},
+    {l.id_prefix.has_value(),
+     "substr(id, 1, length($15::text)) = $15::text", "$15::text IS NULL"},
+    {l.ended_after.has_value(), ended_after.c_str(), "$16::bigint IS NULL"},
+    {l.ended_before.has_value(), ended_before.c_str(),
+     "$17::bigint IS NULL"},
+    {l.unended, "status IN ('ENQUEUED', 'PENDING', 'BLOCKED') AND "
+                "$18::bigint IS NOT NULL",
+     "$18::bigint IS NULL"},
+  };
+  std::string name = "list_runs";
+  std::string text = std::string{"SELECT id, name, "} + detail::reported_status
+                     + ", executor, created_at, updated_at, error, parent_id, "
+                       "app_version, queue_name, object_type, object_key "
+                       "FROM {s}runs WHERE ";
+  std::uint32_t mask = 0, bit = 1;
+  bool first = true;
+  for (auto& c : conditions) {
+    if (c.set)
+      mask |= bit;
+    bit <<= 1;
+    text += first ? "(" : " AND (";
+    text += c.set ? c.when_set : c.when_unset;
+    text += ")";
+    first = false;
+  }
+  text += " ORDER BY created_at DESC, id DESC LIMIT $8";
+  name += "_" + std::to_string(mask);
+  return {std::move(name), std::move(text)};
+}
+
+} // namespace
+
 run_page sql_store::list_runs(const run_filter& f) {
-  static const sql_query q{
-    "list_runs",
-    std::string{"SELECT id, name, "} + detail::reported_status
-      + ", executor, created_at, updated_at, error, parent_id FROM {s}runs "
-        "WHERE ($1::text IS NULL OR "
-      + detail::reported_status
-      + " = $1) AND ($2::text IS NULL OR name = $2) AND ($3::bigint IS NULL "
-        "OR created_at >= $3) AND ($4::bigint IS NULL OR created_at < $4) "
-        "AND ($5::bigint IS NULL OR (created_at, id) < ($5, $6)) ORDER BY "
-        "created_at DESC, id DESC LIMIT $7"};
   auto l = listing_query::from(f);
+  auto q = listing_statement(l);
+  std::optional<std::int64_t> unended;
+  if (l.unended)
+    unended = 1;
   run_page page;
   read([&](sql_tx& tx) {
     page = {};
     using detail::or_null;
     tx.run(q,
-           {or_null(l.status), or_null(l.name), or_null(l.after),
-            or_null(l.before), or_null(l.cursor_at), or_null(l.cursor_id),
-            l.limit},
+           {or_null(l.status), or_null(l.stored_status), or_null(l.name),
+            or_null(l.after), or_null(l.before), or_null(l.cursor_at),
+            or_null(l.cursor_id), l.limit, or_null(l.app_version),
+            or_null(l.executor), or_null(l.parent_id), or_null(l.queue),
+            or_null(l.object_type), or_null(l.object_key),
+            or_null(l.id_prefix), or_null(l.ended_after),
+            or_null(l.ended_before), or_null(unended)},
            [&](const sql_row& r) {
              run_info info;
              info.id = r.text(0);
@@ -476,6 +539,10 @@ run_page sql_store::list_runs(const run_filter& f) {
              info.updated_at = from_ms(r.int64(5));
              info.error = r.opt_text(6);
              info.parent_id = r.opt_text(7);
+             info.app_version = r.text(8);
+             info.queue = r.opt_text(9);
+             info.object_type = r.opt_text(10);
+             info.object_key = r.opt_text(11);
              page.runs.push_back(std::move(info));
            });
   });

@@ -55,6 +55,8 @@ public:
   fork_outcome fork_run(const fork_request& req) override;
   void note_version(std::string_view version, std::int64_t at_ms) override;
   std::vector<version_report> versions() override;
+  std::vector<executor_info> list_executors() override;
+  std::vector<queue_info> list_queues() override;
   std::int64_t move_runs(std::string_view from, std::string_view to,
                          std::int64_t at_ms, std::string_view reason) override;
   std::vector<run_event> run_events(std::string_view run_id) override;

@@ -14,6 +14,7 @@
 #include "perdure/persistence/journal_store.hpp"
 #include "perdure/persistence/lease_store.hpp"
 #include "perdure/persistence/object_store.hpp"
+#include "perdure/persistence/operator_store.hpp"
 #include "perdure/persistence/queue_store.hpp"
 #include "perdure/persistence/records.hpp"
 #include "perdure/persistence/run_store.hpp"
@@ -43,7 +44,7 @@ struct store_options {
 };
 
 /// The durable state of Perdure: one interface made of roles (runs,
-/// leases, deliveries, journal, objects, queues), two real
+/// leases, deliveries, journal, objects, queues, operators), two real
 /// implementations (PostgreSQL and SQLite), one conformance suite. An
 /// instance owns one connection and is used by one thread at a time.
 /// Transient errors are retried inside; what a method reports as written
@@ -53,7 +54,8 @@ class store : public run_store,
               public delivery_store,
               public journal_store,
               public object_store,
-              public queue_store {
+              public queue_store,
+              public operator_store {
 public:
   ~store() override = default;
 

@@ -3,7 +3,21 @@
 
 #include "perdure/persistence/detail/migrations.hpp"
 
+#include "perdure/persistence/detail/operator_views.hpp"
+
 namespace perdure::persistence::detail {
+
+namespace {
+
+/// `statements`, then the operators' views (detail/operator_views.hpp).
+std::vector<std::string> with_views(bool postgres, const std::string& s,
+                                    std::vector<std::string> statements) {
+  for (auto& v : operator_views(postgres, s))
+    statements.push_back(std::move(v));
+  return statements;
+}
+
+} // namespace
 
 std::vector<migration> sqlite_migrations() {
   return {
@@ -199,6 +213,10 @@ std::vector<migration> sqlite_migrations() {
        "reason TEXT NOT NULL)",
        "CREATE INDEX run_events_run ON run_events (run_id, at)",
      }},
+    {14, "operators: runs listed by status, and the views of the SQL contract",
+     with_views(false, "",
+                {"CREATE INDEX runs_status_created ON runs (status, "
+                 "created_at, id)"})},
   };
 }
 
@@ -411,6 +429,10 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "NULL, reason TEXT NOT NULL)",
        "CREATE INDEX run_events_run ON " + s + "run_events (run_id, at)",
      }},
+    {14, "operators: runs listed by status, and the views of the SQL contract",
+     with_views(true, s,
+                {"CREATE INDEX runs_status_created ON " + s
+                 + "runs (status, created_at, id)"})},
   };
 }
 

@@ -1,0 +1,17 @@
+#pragma once
+
+// The SQL contract for operators: views over Perdure's tables with real
+// times and decoded JSON payloads, the same names and columns on both
+// stores (README, "Operating Perdure"). Written once; each backend's
+// migration creates them with its own time and JSON expressions.
+
+#include <string>
+#include <vector>
+
+namespace perdure::persistence::detail {
+
+/// The statements creating the views (and, on PostgreSQL, the payload
+/// decoding function) for tables prefixed `s` (`"schema".` or empty).
+std::vector<std::string> operator_views(bool postgres, const std::string& s);
+
+} // namespace perdure::persistence::detail
