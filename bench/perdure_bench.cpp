@@ -43,6 +43,7 @@
 #include "perdure/sagas/saga.hpp"
 #include "support/test_support.hpp"
 #include "bench_support.hpp"
+#include "operators_bench.hpp"
 #include "queue_scenarios.hpp"
 
 using namespace perdure;
@@ -990,6 +991,8 @@ int main(int argc, char** argv) {
       object_throughput(o);
     } else if (o.scenario == "resume_by_filter") {
       resume_by_filter(o);
+    } else if (o.scenario == "operators") {
+      operators(o);
     } else if (o.scenario == "fork") {
       fork_run(o);
     } else if (o.scenario == "takeover") {

@@ -59,8 +59,9 @@ protected:
     ASSERT_EQ(got.size(), want.size()) << view;
     for (std::size_t i = 0; i < want.size(); ++i) {
       EXPECT_EQ(got[i].first, want[i].first) << view << " column " << i;
-      if (db_.postgres)
+      if (db_.postgres) {
         EXPECT_EQ(got[i].second, want[i].second) << view << "." << want[i].first;
+      }
     }
   }
 

@@ -107,7 +107,7 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
               t - std::chrono::floor<std::chrono::seconds>(t))
               .count();
-  char buf[40];
+  char buf[96];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                 tm.tm_min, tm.tm_sec, static_cast<int>(ms));
@@ -116,7 +116,7 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
 
 std::string human_time(std::chrono::system_clock::time_point t) {
   auto tm = utc(t);
-  char buf[32];
+  char buf[96];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02d %02d:%02d:%02d",
                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                 tm.tm_min, tm.tm_sec);
@@ -130,7 +130,7 @@ std::string human_duration(std::chrono::milliseconds d) {
     sign = "-";
     ms = -ms;
   }
-  char buf[32];
+  char buf[96];
   if (ms < 1000)
     std::snprintf(buf, sizeof buf, "%lldms", static_cast<long long>(ms));
   else if (ms < 60'000)

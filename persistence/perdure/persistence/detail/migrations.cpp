@@ -4,6 +4,7 @@
 #include "perdure/persistence/detail/migrations.hpp"
 
 #include "perdure/persistence/detail/operator_views.hpp"
+#include "perdure/persistence/detail/shared_sql.hpp"
 
 namespace perdure::persistence::detail {
 
@@ -215,8 +216,9 @@ std::vector<migration> sqlite_migrations() {
      }},
     {14, "operators: runs listed by status, and the views of the SQL contract",
      with_views(false, "",
-                {"CREATE INDEX runs_status_created ON runs (status, "
-                 "created_at, id)"})},
+                {std::string{"CREATE INDEX runs_failed ON runs (status, "
+                             "created_at, id) WHERE "}
+                 + failed_statuses_condition})},
   };
 }
 
@@ -431,8 +433,9 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      }},
     {14, "operators: runs listed by status, and the views of the SQL contract",
      with_views(true, s,
-                {"CREATE INDEX runs_status_created ON " + s
-                 + "runs (status, created_at, id)"})},
+                {"CREATE INDEX runs_failed ON " + s
+                 + "runs (status, created_at, id) WHERE "
+                 + failed_statuses_condition})},
   };
 }
 

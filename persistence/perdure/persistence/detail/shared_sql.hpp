@@ -13,6 +13,14 @@ inline constexpr const char* reported_status
   = "(CASE WHEN status = 'PENDING' AND saga_phase = 'COMPENSATING' THEN "
     "'COMPENSATING' ELSE status END)";
 
+/// The statuses an operator looks for and few runs are in (`runs_failed`,
+/// migration 14): listed by status through that index, whose condition
+/// a query names term for term (SQLite uses a partial index only then).
+/// Runs that succeed never enter it, so the hot path does not pay for it.
+inline constexpr const char* failed_statuses_condition
+  = "status IN ('ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'COMPENSATED', "
+    "'COMPENSATION_FAILED', 'DEAD_LETTER', 'BLOCKED')";
+
 /// The name a journal entry of completed saga `o` takes in its undo run
 /// `n` (both SQL expressions): ids derived from the run's own id -- its
 /// children's and calls' (`<id>.<seq>`, or `<id>.<name>`), the waits for
