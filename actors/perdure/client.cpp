@@ -311,30 +311,67 @@ namespace {
 
 /// Walks the runs `filter` matches, page by page (`filter.limit` a page,
 /// its cursor ignored): counts and samples those `wanted` takes, and
-/// unless `dry_run` does `act` to each (which fills in `done`, `refused`).
+/// unless `dry_run` does `act(run, result)` to each (which counts it in
+/// `done`, `refused` or `created`), from `workers` threads at once (an
+/// `act` that is safe to run side by side), telling `progress` as it goes.
+/// The first error other than what `act` counts stops the walk.
 template <class Wanted, class Act>
 bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
                               bool dry_run, const bulk_progress& progress,
-                              Wanted wanted, Act act) {
+                              Wanted wanted, Act act,
+                              std::size_t workers = 1) {
   constexpr std::size_t sample_size = 10;
   bulk_result result;
+  std::mutex mtx;
   filter.cursor.clear();
   for (;;) {
     auto page = rt.svc.stores->with(
       [&](persistence::store& db) { return db.list_runs(filter); });
+    std::vector<const run_info*> todo;
     for (auto& run : page.runs) {
       if (!wanted(run))
         continue;
       ++result.matched;
       if (result.sample.size() < sample_size)
         result.sample.push_back(run.id);
-      if (!dry_run) {
-        act(run, result);
+      todo.push_back(&run);
+    }
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr failure;
+    auto work = [&] {
+      for (;;) {
+        auto i = next++;
+        if (dry_run || i >= todo.size())
+          return;
+        bulk_result one;
+        try {
+          act(*todo[i], one);
+        } catch (...) {
+          std::lock_guard guard{mtx};
+          if (!failure)
+            failure = std::current_exception();
+          next = todo.size(); // the others stop too
+          return;
+        }
+        std::lock_guard guard{mtx};
+        result.done += one.done;
+        for (auto& r : one.refused)
+          result.refused.push_back(std::move(r));
+        for (auto& c : one.created)
+          result.created.push_back(std::move(c));
         if (progress)
           progress(result.done
                    + static_cast<std::int64_t>(result.refused.size()));
       }
-    }
+    };
+    std::vector<std::thread> threads;
+    for (std::size_t k = 1; k < std::min(workers, todo.size()); ++k)
+      threads.emplace_back(work);
+    work();
+    for (auto& t : threads)
+      t.join();
+    if (failure)
+      std::rethrow_exception(failure);
     if (page.next_cursor.empty())
       return result;
     filter.cursor = std::move(page.next_cursor);
@@ -483,70 +520,24 @@ bulk_result client::cancel_matching(run_filter filter, bool dry_run,
                     "(or on no status: every unended run)");
   if (!filter.status)
     filter.unended = true;
-  auto wanted = [](const run_info& run) { return cancellable(run.status); };
-  if (dry_run)
-    return for_each_matching(rt, std::move(filter), true, progress, wanted,
-                             [](const run_info&, bulk_result&) {});
   // Each cancel is its own statement and notice; the database commits
-  // many side by side far faster than one after another, so a page's
-  // cancels go out from a few threads at once (the pool's connections).
+  // many side by side far faster than one after another, so they go out
+  // from a few threads at once (the pool's connections).
   constexpr std::size_t workers = 8;
-  constexpr std::size_t sample_size = 10;
-  bulk_result result;
-  std::mutex mtx;
-  filter.cursor.clear();
-  for (;;) {
-    auto page = rt.svc.stores->with(
-      [&](persistence::store& db) { return db.list_runs(filter); });
-    std::vector<std::string> ids;
-    for (auto& run : page.runs) {
-      if (!wanted(run))
-        continue;
-      ++result.matched;
-      if (result.sample.size() < sample_size)
-        result.sample.push_back(run.id);
-      ids.push_back(run.id);
-    }
-    std::atomic<std::size_t> next{0};
-    std::exception_ptr failure;
-    auto work = [&] {
-      for (;;) {
-        auto i = next++;
-        if (i >= ids.size())
-          return;
-        try {
-          detail::cancel_run(rt, ids[i]);
-          std::lock_guard guard{mtx};
-          ++result.done;
-        } catch (const error& ex) {
-          std::lock_guard guard{mtx};
-          if (ex.code() != errc::not_found) {
-            if (!failure)
-              failure = std::current_exception();
-            next = ids.size(); // the others stop too
-            return;
-          }
-          result.refused.emplace_back(ids[i], ex.what());
-        }
-        if (progress) {
-          std::lock_guard guard{mtx};
-          progress(result.done
-                   + static_cast<std::int64_t>(result.refused.size()));
-        }
+  return for_each_matching(
+    rt, std::move(filter), dry_run, progress,
+    [](const run_info& run) { return cancellable(run.status); },
+    [&](const run_info& run, bulk_result& result) {
+      try {
+        detail::cancel_run(rt, run.id);
+        ++result.done;
+      } catch (const error& ex) {
+        if (ex.code() != errc::not_found)
+          throw;
+        result.refused.emplace_back(run.id, ex.what());
       }
-    };
-    std::vector<std::thread> threads;
-    for (std::size_t k = 1; k < std::min(workers, ids.size()); ++k)
-      threads.emplace_back(work);
-    work();
-    for (auto& t : threads)
-      t.join();
-    if (failure)
-      std::rethrow_exception(failure);
-    if (page.next_cursor.empty())
-      return result;
-    filter.cursor = std::move(page.next_cursor);
-  }
+    },
+    workers);
 }
 
 run_detail client::describe(const std::string& id) {

@@ -33,6 +33,9 @@ protected:
       auto a = co_await ctx.step("reserve", [&] { return x; });
       co_return co_await ctx.step("times-two", [&] { return 2 * a; });
     });
+    rt_->register_workflow("listen", [](workflow_context& ctx) -> task<int> {
+      co_return co_await ctx.recv<int>("go");
+    });
     rt_->register_workflow("sleepy", [](workflow_context& ctx) -> task<int> {
       co_await ctx.sleep(1h);
       co_return 1;
@@ -135,6 +138,12 @@ TEST_F(endpoint_test, actions_need_the_token_and_act) {
   auto bulk = post("/api/runs/cancel?id_prefix=bulk-", "{}", "s3cret");
   EXPECT_EQ(json::parse(bulk->body)["done"], 3);
   EXPECT_TRUE(rt_->list_runs({.status = run_status::pending}).runs.empty());
+  auto listener = rt_->start_workflow<int>("listen", {.id = "l1"});
+  EXPECT_EQ(post("/api/runs/l1/send/go", "41", "")->status, 401);
+  auto sent = post("/api/runs/l1/send/go", "41", "s3cret");
+  EXPECT_EQ(sent->status, 200) << sent->body;
+  EXPECT_EQ(listener.get(20s), 41);
+  EXPECT_EQ(post("/api/runs/l1/send/go", "not json", "s3cret")->status, 400);
   auto again = post("/api/runs/s1/resume", "{\"reason\":\"by hand\"}", "s3cret");
   EXPECT_EQ(again->status, 200) << again->body;
   EXPECT_EQ(rt_->retrieve_workflow<int>("s1").status(), run_status::pending);

@@ -83,11 +83,11 @@ void read_journal(const run_detail& d, const std::vector<step_record>& h,
 
 } // namespace
 
-nlohmann::json run_page_json(const run_page& page) {
+nlohmann::json run_page_json(const run_page& page, const char* key) {
   auto runs = nlohmann::json::array();
   for (auto& r : page.runs)
     runs.push_back(run_json(r));
-  return {{"runs", std::move(runs)},
+  return {{key, std::move(runs)},
           {"next_cursor", page.next_cursor.empty()
                             ? nlohmann::json()
                             : nlohmann::json(page.next_cursor)}};

@@ -13,8 +13,9 @@
 
 namespace perdure::cli {
 
-/// A page of `list_runs`: `{"runs": [...], "next_cursor": ...}`.
-nlohmann::json run_page_json(const run_page& page);
+/// A page of `list_runs`: `{"runs": [...], "next_cursor": ...}` (`key`
+/// names the list: "calls", "dead_letters").
+nlohmann::json run_page_json(const run_page& page, const char* key = "runs");
 
 /// Everything about run `id` (`runs show --json`): `run_json`'s fields,
 /// its ownership, payloads, journal (each entry's duration since the one

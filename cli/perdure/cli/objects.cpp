@@ -5,6 +5,7 @@
 
 #include "perdure/cli/commands.hpp"
 #include "perdure/cli/context.hpp"
+#include "perdure/cli/documents.hpp"
 #include "perdure/cli/filters.hpp"
 #include "perdure/cli/output.hpp"
 #include "perdure/client.hpp"
@@ -73,12 +74,7 @@ void add_object_commands(CLI::App& app, context& ctx) {
     cmd->callback([&ctx, type, key, f] {
       f->object = *type + "/" + *key;
       auto page = ctx.client().list_runs(f->to_filter());
-      if (ctx.json({{"calls", [&] {
-                      auto a = nlohmann::json::array();
-                      for (auto& r : page.runs)
-                        a.push_back(run_json(r));
-                      return a;
-                    }()}}))
+      if (ctx.json(run_page_json(page, "calls")))
         return;
       if (page.runs.empty()) {
         ctx.out << "no calls of " << *type << '/' << *key << '\n';

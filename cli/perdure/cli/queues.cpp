@@ -106,12 +106,7 @@ void add_queue_commands(CLI::App& app, context& ctx) {
       f->queue = *name;
       f->status = "DEAD_LETTER";
       auto page = ctx.client().list_runs(f->to_filter());
-      if (ctx.json({{"dead_letters", [&] {
-                      auto a = nlohmann::json::array();
-                      for (auto& r : page.runs)
-                        a.push_back(run_json(r));
-                      return a;
-                    }()}}))
+      if (ctx.json(run_page_json(page, "dead_letters")))
         return;
       if (page.runs.empty()) {
         ctx.out << "no dead letters in " << *name << '\n';

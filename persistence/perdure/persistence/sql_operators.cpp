@@ -15,14 +15,6 @@ using detail::sql_query;
 using detail::sql_row;
 using detail::sql_tx;
 
-namespace {
-
-std::chrono::system_clock::time_point at(std::int64_t ms) {
-  return std::chrono::system_clock::time_point{std::chrono::milliseconds{ms}};
-}
-
-} // namespace
-
 std::vector<executor_info> sql_store::list_executors() {
   // PostgreSQL keeps a lease's times as timestamptz (the server's clock
   // decides lapses), SQLite as ms since the epoch. Runs held: through
@@ -51,9 +43,9 @@ std::vector<executor_info> sql_store::list_executors() {
       e.state = r.text(1);
       e.app_version = r.text(2);
       e.epoch = r.int64(3);
-      e.heartbeat_at = at(r.int64(4));
+      e.heartbeat_at = from_ms(r.int64(4));
       e.lease = std::chrono::milliseconds{r.int64(5)};
-      e.started_at = at(r.int64(6));
+      e.started_at = from_ms(r.int64(6));
       e.runs_held = r.int64(7);
       out.push_back(std::move(e));
     });
@@ -81,7 +73,7 @@ std::vector<queue_info> sql_store::list_queues() {
       info.limits.partition_concurrency = limit(2);
       info.limits.rate_limit = limit(3);
       info.limits.rate_period_ms = r.int64(4);
-      info.updated_at = at(r.int64(5));
+      info.updated_at = from_ms(r.int64(5));
       out.push_back(std::move(info));
     });
   });

@@ -17,14 +17,6 @@ using detail::sql_query;
 using detail::sql_row;
 using detail::sql_tx;
 
-namespace {
-
-std::chrono::system_clock::time_point at(std::int64_t ms) {
-  return std::chrono::system_clock::time_point{std::chrono::milliseconds{ms}};
-}
-
-} // namespace
-
 void sql_store::note_version(std::string_view version, std::int64_t at_ms) {
   static const sql_query q{
     "note_version",
@@ -62,8 +54,8 @@ std::vector<version_report> sql_store::versions() {
     live_total = 0;
     tx.run(seen, {}, [&](const sql_row& r) {
       auto& v = by_version[r.text(0)];
-      v.first_seen = at(r.int64(1));
-      v.last_seen = at(r.int64(2));
+      v.first_seen = from_ms(r.int64(1));
+      v.last_seen = from_ms(r.int64(2));
     });
     tx.run(live, {}, [&](const sql_row& r) {
       by_version[r.text(0)].live_executors = r.int64(1);
@@ -76,7 +68,7 @@ std::vector<version_report> sql_store::versions() {
       (status == "PENDING" ? v.pending
        : status == "ENQUEUED" ? v.enqueued
                               : v.blocked) += n;
-      auto oldest = at(r.int64(3));
+      auto oldest = from_ms(r.int64(3));
       if (!v.oldest_run || oldest < *v.oldest_run)
         v.oldest_run = oldest;
     });

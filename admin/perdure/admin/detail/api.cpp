@@ -226,6 +226,38 @@ void add_api_routes(httplib::Server& server, client& c, authorizer may_act) {
                   return json{{"rejected", arg(req, 1)}};
                 });
               });
+  server.Post(R"(/api/runs/([^/]+)/send/([^/]+))",
+              [&c, may_act](req_t req, res_t res) {
+                if (!may_act(req, res))
+                  return;
+                answer(res, [&] {
+                  c.send_encoded(arg(req, 1), arg(req, 2),
+                                 cli::encode_json_value(req.body,
+                                                        "the request body"));
+                  return json{{"sent", arg(req, 2)}, {"run", arg(req, 1)}};
+                });
+              });
+  server.Post(R"(/api/runs/([^/]+)/promises/([^/]+)/resolve)",
+              [&c, may_act](req_t req, res_t res) {
+                if (!may_act(req, res))
+                  return;
+                answer(res, [&] {
+                  c.resolve_promise_encoded(
+                    arg(req, 1), arg(req, 2),
+                    cli::encode_json_value(req.body, "the request body"));
+                  return json{{"resolved", arg(req, 2)}, {"run", arg(req, 1)}};
+                });
+              });
+  server.Post(R"(/api/runs/([^/]+)/promises/([^/]+)/reject)",
+              [&c, may_act](req_t req, res_t res) {
+                if (!may_act(req, res))
+                  return;
+                answer(res, [&] {
+                  c.reject_promise(arg(req, 1), arg(req, 2),
+                                   text_field(body_of(req), "reason"));
+                  return json{{"rejected", arg(req, 2)}, {"run", arg(req, 1)}};
+                });
+              });
   server.Get(R"(/api/objects/([^/]+))", [&c](req_t req, res_t res) {
     answer(res, [&] {
       auto after = req.get_param_value("after");
@@ -250,9 +282,8 @@ void add_api_routes(httplib::Server& server, client& c, authorizer may_act) {
                answer(res, [&] {
                  auto f = filter_of(req, 20);
                  f.object = arg(req, 1) + "/" + arg(req, 2);
-                 auto page = cli::run_page_json(c.list_runs(f.to_filter()));
-                 return json{{"calls", page["runs"]},
-                             {"next_cursor", page["next_cursor"]}};
+                 return cli::run_page_json(c.list_runs(f.to_filter()),
+                                           "calls");
                });
              });
   server.Get("/api/queues", [&c](req_t, res_t res) {
