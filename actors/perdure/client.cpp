@@ -12,6 +12,7 @@
 #include <thread>
 #include <future>
 #include <tuple>
+#include <type_traits>
 #include <unordered_set>
 
 #include "perdure/detail/export/exported_run.hpp"
@@ -312,14 +313,19 @@ namespace {
 /// Walks the runs `filter` matches, page by page (`filter.limit` a page,
 /// its cursor ignored): counts and samples those `wanted` takes, and
 /// unless `dry_run` does `act(run, result)` to each (which counts it in
-/// `done`, `refused` or `created`), from `workers` threads at once (an
-/// `act` that is safe to run side by side), telling `progress` as it goes.
-/// The first error other than what `act` counts stops the walk.
+/// `done`, `refused` or `created`) -- or `act(runs, result)` to each
+/// `chunk` of them -- from `workers` threads at once (an `act` that is
+/// safe to run side by side), telling `progress` as it goes. The first
+/// error other than what `act` counts stops the walk.
 template <class Wanted, class Act>
 bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
                               bool dry_run, const bulk_progress& progress,
                               Wanted wanted, Act act,
-                              std::size_t workers = 1) {
+                              std::size_t workers = 1,
+                              std::size_t chunk = 1) {
+  using runs_t = std::vector<const run_info*>;
+  constexpr bool by_chunk = std::is_invocable_v<Act&, const runs_t&,
+                                                bulk_result&>;
   constexpr std::size_t sample_size = 10;
   bulk_result result;
   std::mutex mtx;
@@ -340,12 +346,17 @@ bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
     std::exception_ptr failure;
     auto work = [&] {
       for (;;) {
-        auto i = next++;
+        auto i = next.fetch_add(chunk);
         if (dry_run || i >= todo.size())
           return;
         bulk_result one;
         try {
-          act(*todo[i], one);
+          if constexpr (by_chunk)
+            act(runs_t(todo.begin() + i,
+                       todo.begin() + std::min(i + chunk, todo.size())),
+                one);
+          else
+            act(*todo[i], one);
         } catch (...) {
           std::lock_guard guard{mtx};
           if (!failure)
@@ -365,7 +376,8 @@ bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
       }
     };
     std::vector<std::thread> threads;
-    for (std::size_t k = 1; k < std::min(workers, todo.size()); ++k)
+    auto units = (todo.size() + chunk - 1) / chunk;
+    for (std::size_t k = 1; k < std::min(workers, units); ++k)
       threads.emplace_back(work);
     work();
     for (auto& t : threads)
@@ -520,24 +532,39 @@ bulk_result client::cancel_matching(run_filter filter, bool dry_run,
                     "(or on no status: every unended run)");
   if (!filter.status)
     filter.unended = true;
-  // Each cancel is its own statement and notice; the database commits
-  // many side by side far faster than one after another, so they go out
-  // from a few threads at once (the pool's connections).
-  constexpr std::size_t workers = 8;
+  // Cancels go to the store a batch at a time (one transaction and its
+  // notices: one commit per batch, not two per run), several batches side
+  // by side on the pool's connections.
+  constexpr std::size_t workers = 4, batch = 100;
   return for_each_matching(
     rt, std::move(filter), dry_run, progress,
     [](const run_info& run) { return cancellable(run.status); },
-    [&](const run_info& run, bulk_result& result) {
-      try {
-        detail::cancel_run(rt, run.id);
+    [&](const std::vector<const run_info*>& runs, bulk_result& result) {
+      std::vector<std::string> ids;
+      for (auto* r : runs)
+        ids.push_back(r->id);
+      auto now = rt.svc.clock->now_ms();
+      auto cancelled = rt.svc.stores->with(
+        [&](persistence::store& db) { return db.cancel_runs(ids, now); });
+      rt.svc.notices->apply_cancel(cancelled, true);
+      std::unordered_set<std::string> hit;
+      for (auto& c : cancelled)
+        hit.insert(c.id);
+      for (auto* r : runs) {
+        if (hit.count(r->id) == 0) {
+          result.refused.emplace_back(r->id, "run '" + r->id
+                                               + "' ended before it was "
+                                                 "cancelled");
+          continue;
+        }
         ++result.done;
-      } catch (const error& ex) {
-        if (ex.code() != errc::not_found)
-          throw;
-        result.refused.emplace_back(run.id, ex.what());
+        if (r->parent_id) { // its end is a delivery to its parent
+          rt.svc.launcher->wake(*r->parent_id, -1);
+          rt.svc.notices->announce(persistence::notice::woken(*r->parent_id));
+        }
       }
     },
-    workers);
+    workers, batch);
 }
 
 run_detail client::describe(const std::string& id) {

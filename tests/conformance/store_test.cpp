@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -292,6 +294,40 @@ TEST_F(store_test, cancelling_a_child_marks_its_passivated_parent) {
   ASSERT_TRUE(store_->set_wake_at(owner, "parent", 9000));
   EXPECT_TRUE(store_->cancel_run("parent.0", 4000).empty());
   EXPECT_EQ(store_->get_run("parent")->wake_at_ms, 9000);
+}
+
+// An operator's bulk cancel: many runs in one transaction, their trees as
+// cancel_run does them, a saga signalled, what ended or is unknown skipped.
+TEST_F(store_test, cancelling_in_bulk_is_cancel_run_of_each) {
+  fence owner{"exec-a", 1};
+  ASSERT_TRUE(store_->create_run(make_run("b1")).created);
+  auto child = make_run("b1.0");
+  child.parent_id = "b1";
+  ASSERT_TRUE(store_->create_run(child).created);
+  ASSERT_TRUE(store_->create_run(make_run("b2")).created);
+  auto ended = make_run("b3");
+  ended.status = run_status::success;
+  ASSERT_TRUE(store_->create_run(ended).created);
+  ASSERT_TRUE(store_->create_run(make_run("saga")).created);
+  ASSERT_TRUE(store_->record_phase(owner,
+                                   {.run_id = "saga", .seq = 0,
+                                    .kind = entry_kind::phase, .name = "saga"},
+                                   saga_phase::forward));
+  auto got = store_->cancel_runs({"b1", "b2", "b3", "nobody", "saga"}, 3000);
+  std::map<std::string, bool> by_id;
+  for (auto& c : got)
+    by_id[c.id] = c.signalled;
+  EXPECT_EQ(by_id, (std::map<std::string, bool>{{"b1", false},
+                                                {"b1.0", false},
+                                                {"b2", false},
+                                                {"saga", true}}));
+  for (auto* id : {"b1", "b1.0", "b2"})
+    EXPECT_EQ(store_->get_run(id)->status, run_status::cancelled) << id;
+  EXPECT_EQ(store_->get_run("b3")->status, run_status::success);
+  EXPECT_EQ(store_->get_run("saga")->status, run_status::pending);
+  EXPECT_TRUE(store_->get_run("saga")->cancel_requested);
+  EXPECT_TRUE(store_->cancel_runs({"b1", "b2"}, 4000).empty())
+    << "cancelling again changes nothing";
 }
 
 // A BLOCKED run (its code no longer replays it) is cancelled, and so is a

@@ -53,6 +53,9 @@ public:
   std::vector<cancelled_run>
   cancel_run(std::string_view run_id, std::int64_t at_ms,
              std::optional<std::int64_t> deadline_ms) override;
+  std::vector<cancelled_run>
+  cancel_runs(const std::vector<std::string>& run_ids,
+              std::int64_t at_ms) override;
   void notify(std::string_view payload) override;
   using delivery_store::notify;
   batch_result write_batch(const persistence::write_batch& batch) override;

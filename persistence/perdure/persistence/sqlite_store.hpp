@@ -58,6 +58,9 @@ public:
   std::vector<cancelled_run>
   cancel_run(std::string_view run_id, std::int64_t at_ms,
              std::optional<std::int64_t> deadline_ms) override;
+  std::vector<cancelled_run>
+  cancel_runs(const std::vector<std::string>& run_ids,
+              std::int64_t at_ms) override;
   void notify(std::string_view payload) override;
   using delivery_store::notify;
   batch_result write_batch(const persistence::write_batch& batch) override;
@@ -139,6 +142,10 @@ private:
                                            bool all_pending);
   run_record read_run_row(std::string_view id);
   void mark_parent_delivered(std::string_view run_id, std::int64_t at_ms);
+  /// `cancel_run`'s work, inside a transaction the caller opened.
+  std::vector<cancelled_run>
+  cancel_in_transaction(std::string_view run_id, std::int64_t at_ms,
+                        std::optional<std::int64_t> deadline_ms);
 
   /// The database's clock (ms since the epoch).
   std::int64_t db_now_ms();

@@ -178,10 +178,11 @@ void notice_router::cancel_signalled(const std::string& id) {
 }
 
 void notice_router::apply_cancel(
-  const std::vector<persistence::cancelled_run>& runs) {
+  const std::vector<persistence::cancelled_run>& runs, bool announced) {
   for (auto& c : runs) {
-    announce(c.signalled ? persistence::notice::saga_cancel(c.id)
-                         : persistence::notice::cancelled(c.id));
+    if (!announced)
+      announce(c.signalled ? persistence::notice::saga_cancel(c.id)
+                           : persistence::notice::cancelled(c.id));
     if (c.signalled)
       cancel_signalled(c.id);
     else

@@ -45,8 +45,10 @@ public:
   void deadline_passed(const std::string& id, std::int64_t due_ms);
 
   /// Acts on what `store::cancel_run` did to the runs of a tree, here and
-  /// (announced) in other processes.
-  void apply_cancel(const std::vector<persistence::cancelled_run>& runs);
+  /// (announced, unless the store's transaction `announced` them already:
+  /// `cancel_runs`) in other processes.
+  void apply_cancel(const std::vector<persistence::cancelled_run>& runs,
+                    bool announced = false);
 
   /// Run `id` (the root of a cancelled tree) ended: that is a delivery to
   /// its parent, which the store marked if passivated; wakes it here or,

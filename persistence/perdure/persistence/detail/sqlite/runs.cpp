@@ -162,7 +162,31 @@ std::optional<run_record> sqlite_store::claim_run(std::string_view id,
 std::vector<cancelled_run>
 sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
                          std::optional<std::int64_t> deadline_ms) {
+  return in_transaction(
+    [&] { return cancel_in_transaction(run_id, at_ms, deadline_ms); });
+}
+
+std::vector<cancelled_run>
+sqlite_store::cancel_runs(const std::vector<std::string>& run_ids,
+                          std::int64_t at_ms) {
   return in_transaction([&] {
+    std::vector<cancelled_run> runs;
+    for (auto& id : run_ids)
+      for (auto& c : cancel_in_transaction(id, at_ms, std::nullopt)) {
+        notice_in((c.signalled ? notice::saga_cancel(c.id)
+                               : notice::cancelled(c.id))
+                    .encode());
+        runs.push_back(std::move(c));
+      }
+    return runs;
+  });
+}
+
+std::vector<cancelled_run>
+sqlite_store::cancel_in_transaction(std::string_view run_id,
+                                    std::int64_t at_ms,
+                                    std::optional<std::int64_t> deadline_ms) {
+  {
     // One statement per effect (SQLite has no data-modifying CTEs); the
     // tree is read once, before either changes it.
     struct member {
@@ -216,7 +240,7 @@ sqlite_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
     if (ended_it)
       mark_parent_delivered(run_id, at_ms);
     return runs;
-  });
+  }
 }
 
 std::vector<run_record>
