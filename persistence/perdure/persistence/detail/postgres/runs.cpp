@@ -104,28 +104,16 @@ std::optional<run_record> postgres_store::claim_run(std::string_view id,
   });
 }
 
-namespace {
-
-/// Runs the `cancel_run` statement for `run_id` in `w`, adding what it
-/// cancelled or signalled to `runs`.
-void cancel_in(pqxx::transaction_base& w, std::string_view run_id,
-               std::int64_t at_ms, std::optional<std::int64_t> deadline_ms,
-               std::vector<cancelled_run>& runs) {
-  detail::opt_param deadline{deadline_ms};
-  for (const auto& row : w.exec_prepared("cancel_run", std::string{run_id},
-                                         at_ms, deadline.get()))
-    runs.push_back({row[0].as<std::string>(), row[1].as<bool>()});
-}
-
-} // namespace
-
 std::vector<cancelled_run>
 postgres_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
                            std::optional<std::int64_t> deadline_ms) {
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
     std::vector<cancelled_run> runs;
-    cancel_in(w, run_id, at_ms, deadline_ms, runs);
+    detail::opt_param deadline{deadline_ms};
+    for (const auto& row : w.exec_prepared("cancel_run", std::string{run_id},
+                                           at_ms, deadline.get()))
+      runs.push_back({row[0].as<std::string>(), row[1].as<bool>()});
     return runs;
   });
 }
@@ -133,17 +121,18 @@ postgres_store::cancel_run(std::string_view run_id, std::int64_t at_ms,
 std::vector<cancelled_run>
 postgres_store::cancel_runs(const std::vector<std::string>& run_ids,
                             std::int64_t at_ms) {
+  detail::pg_array ids;
+  for (auto& id : run_ids)
+    ids.add(id);
   return with_retry([&] {
+    // One statement: the trees, the parents' wake-ups and the notices.
     pqxx::work w{*conn_};
     std::vector<cancelled_run> runs;
-    for (auto& id : run_ids)
-      cancel_in(w, id, at_ms, std::nullopt, runs);
-    auto channel = detail::delivery_channel(schema_);
-    for (auto& c : runs)
-      w.exec_prepared("notify", channel,
-                      (c.signalled ? notice::saga_cancel(c.id)
-                                   : notice::cancelled(c.id))
-                        .encode());
+    for (const auto& row : w.exec_prepared(
+           "cancel_runs", ids.str(), at_ms, detail::delivery_channel(schema_),
+           notice::prefix(notice::kind::run_cancelled),
+           notice::prefix(notice::kind::saga_cancelling)))
+      runs.push_back({row[0].as<std::string>(), row[1].as<bool>()});
     w.commit();
     return runs;
   });

@@ -84,37 +84,52 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
   auto at_deadline = std::string{
     "($3::bigint IS NULL OR (status IN ('PENDING', 'BLOCKED') AND deadline "
     "= $3))"};
-  c.prepare("cancel_run",
-             "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM " + s
-               + "runs WHERE id = $1 AND (status IN ('PENDING', 'BLOCKED') OR "
-                 "(status = 'ENQUEUED' AND (queue_name IS NOT NULL OR object_key IS NOT "
-                 "NULL))) AND " + at_deadline
-               + " UNION SELECT r.id, "
-                 "r.saga_phase FROM "
-               + s
-               + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status IN "
-                 "('PENDING', 'BLOCKED') AND t.phase IS DISTINCT FROM "
-                 "'COMPENSATING' AND "
-                 "(t.phase IS DISTINCT FROM 'FORWARD' OR r.saga_phase IS NOT "
-                 "NULL)), "
-                 "changed AS (UPDATE "
-               + s + "runs SET status = CASE WHEN " + ends
-               + " THEN 'CANCELLED' ELSE status END, error = CASE WHEN " + ends
-               + " THEN 'cancelled' ELSE error END, wake_at = CASE WHEN " + ends
-               + " THEN NULL WHEN wake_at > 0 THEN 0 ELSE wake_at END, "
-                 "cancel_requested_at = CASE WHEN "
-               + ends + " THEN cancel_requested_at ELSE COALESCE("
-                 "cancel_requested_at, $2) END, updated_at = CASE WHEN " + ends
-               + " THEN $2 ELSE updated_at END WHERE id IN (SELECT id FROM "
-                 "tree) AND status IN ('PENDING', 'ENQUEUED', 'BLOCKED') AND "
-                 "saga_phase "
-                 "IS DISTINCT FROM 'COMPENSATING' AND (id <> $1 OR "
-               + at_deadline + ") RETURNING id, parent_id, status), "
-                 "woken AS (UPDATE "
-               + s
-               + "runs p SET wake_at = 0 FROM changed c WHERE c.id = $1 AND "
-                 "c.status = 'CANCELLED' AND p.id = c.parent_id AND p.wake_at "
-                 "> $2) SELECT id, status <> 'CANCELLED' FROM changed");
+  // `many`: an operator's bulk cancel (`cancel_runs`): every root of
+  // $1::text[] at once, no deadline, and each run's notice sent by the
+  // statement itself ($3 the channel, $4 and $5 the cancelled and saga
+  // notices' prefixes): one round trip and one commit per batch.
+  auto cancel_sql = [&](bool many) {
+    auto root = many ? std::string{"id = ANY($1::text[])"}
+                     : "id = $1 AND " + at_deadline;
+    auto own_deadline = many ? std::string{""}
+                             : " AND (id <> $1 OR " + at_deadline + ")";
+    auto roots = many ? std::string{"c.id = ANY($1::text[])"}
+                      : std::string{"c.id = $1"};
+    auto result = many ? std::string{"SELECT id, status <> 'CANCELLED', "
+                                     "pg_notify($3, CASE WHEN status <> "
+                                     "'CANCELLED' THEN $5 ELSE $4 END || id) "
+                                     "FROM changed"}
+                       : std::string{"SELECT id, status <> 'CANCELLED' FROM "
+                                     "changed"};
+    return "WITH RECURSIVE tree(id, phase) AS (SELECT id, saga_phase FROM " + s
+           + "runs WHERE " + root
+           + " AND (status IN ('PENDING', 'BLOCKED') OR (status = 'ENQUEUED' "
+             "AND (queue_name IS NOT NULL OR object_key IS NOT NULL))) UNION "
+             "SELECT r.id, r.saga_phase FROM "
+           + s
+           + "runs r JOIN tree t ON r.parent_id = t.id WHERE r.status IN "
+             "('PENDING', 'BLOCKED') AND t.phase IS DISTINCT FROM "
+             "'COMPENSATING' AND (t.phase IS DISTINCT FROM 'FORWARD' OR "
+             "r.saga_phase IS NOT NULL)), changed AS (UPDATE "
+           + s + "runs SET status = CASE WHEN " + ends
+           + " THEN 'CANCELLED' ELSE status END, error = CASE WHEN " + ends
+           + " THEN 'cancelled' ELSE error END, wake_at = CASE WHEN " + ends
+           + " THEN NULL WHEN wake_at > 0 THEN 0 ELSE wake_at END, "
+             "cancel_requested_at = CASE WHEN "
+           + ends + " THEN cancel_requested_at ELSE COALESCE("
+             "cancel_requested_at, $2) END, updated_at = CASE WHEN " + ends
+           + " THEN $2 ELSE updated_at END WHERE id IN (SELECT id FROM tree) "
+             "AND status IN ('PENDING', 'ENQUEUED', 'BLOCKED') AND saga_phase "
+             "IS DISTINCT FROM 'COMPENSATING'"
+           + own_deadline
+           + " RETURNING id, parent_id, status), woken AS (UPDATE " + s
+           + "runs p SET wake_at = 0 FROM changed c WHERE " + roots
+           + " AND c.status = 'CANCELLED' AND p.id = c.parent_id AND "
+             "p.wake_at > $2) "
+           + result;
+  };
+  c.prepare("cancel_run", cancel_sql(false));
+  c.prepare("cancel_runs", cancel_sql(true));
   c.prepare("notify", "SELECT pg_notify($1, $2)");
   // A completed saga's undo: its journal up to its DONE phase, its inputs,
   // and a cancellation to observe there.
