@@ -38,7 +38,8 @@ exit_code code_of(perdure::errc e) {
 
 int report(perdure::cli::context& ctx, exit_code code, const std::string& msg) {
   if (ctx.opts.json)
-    ctx.out << nlohmann::json{{"error", msg}, {"exit_code", int{code}}}.dump()
+    ctx.out << nlohmann::json{{"error", msg}, {"exit_code", int{code}}}.dump(
+                 -1, ' ', false, nlohmann::json::error_handler_t::replace)
             << '\n';
   ctx.err << "perdure: " << msg << '\n';
   return code;

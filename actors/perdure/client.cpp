@@ -514,9 +514,11 @@ bulk_result client::fork_matching(run_filter filter, fork_options opts,
 
 namespace {
 
+/// A compensating saga is not: it is undoing already, and ends as that
+/// ends.
 bool cancellable(run_status s) {
   return s == run_status::pending || s == run_status::enqueued
-         || s == run_status::blocked || s == run_status::compensating;
+         || s == run_status::blocked;
 }
 
 } // namespace
@@ -552,9 +554,20 @@ bulk_result client::cancel_matching(run_filter filter, bool dry_run,
         hit.insert(c.id);
       for (auto* r : runs) {
         if (hit.count(r->id) == 0) {
-          result.refused.emplace_back(r->id, "run '" + r->id
-                                               + "' ended before it was "
-                                                 "cancelled");
+          // Cancelled with a tree of this walk, or by our own commit whose
+          // reply was lost (the retry found nothing): done. Else it ended
+          // (or began compensating) meanwhile.
+          auto now_run = rt.svc.stores->with(
+            [&](persistence::store& db) { return db.get_run(r->id); });
+          if (now_run && now_run->status == run_status::cancelled) {
+            ++result.done;
+            continue;
+          }
+          result.refused.emplace_back(
+            r->id, "run '" + r->id + "' is "
+                     + (now_run ? std::string{to_string(now_run->status)}
+                                : std::string{"gone"})
+                     + " now: it was not cancelled");
           continue;
         }
         ++result.done;

@@ -235,6 +235,9 @@ TEST_F(cli_test, bad_filters_and_unknown_ids_say_what_to_do_with_their_exit_code
   auto no_target = cli({"runs", "cancel"});
   EXPECT_EQ(no_target.code, 2);
   EXPECT_NE(no_target.err.find("give run ids, or a filter"), std::string::npos);
+  auto ended = cli({"runs", "cancel", "ok-1"});
+  EXPECT_EQ(ended.code, 4) << "a run that ended is not reported cancelled";
+  EXPECT_NE(ended.err.find("had ended SUCCESS"), std::string::npos) << ended.err;
   auto not_resumable = cli({"runs", "resume", "ok-1"});
   EXPECT_EQ(not_resumable.code, 4);
   EXPECT_NE(not_resumable.err.find("is SUCCESS"), std::string::npos)

@@ -52,7 +52,7 @@ protected:
   }
 
   json get(const std::string& path, int want = 200) {
-    auto res = http_->Get(path);
+    auto res = http_->Get(path, {{"Authorization", "Bearer s3cret"}});
     EXPECT_TRUE(res) << path;
     if (!res)
       return {};
@@ -113,6 +113,33 @@ TEST_F(endpoint_test, the_api_reads_what_the_cli_reads) {
   EXPECT_NE(console->body.find("<title>Perdure console</title>"), std::string::npos);
   EXPECT_EQ(http_->Get("/console.js")->get_header_value("Content-Type"),
             "text/javascript; charset=utf-8");
+}
+
+TEST_F(endpoint_test, hostile_requests_are_refused_and_harm_nothing) {
+  auto h = rt_->start_workflow<int>("sleepy", {.id = "target"});
+  // With a token, reads need it too (they show payloads).
+  EXPECT_EQ(http_->Get("/api/runs/target")->status, 401);
+  // A form a web page posts (no preflight) is not an action.
+  httplib::Headers token{{"Authorization", "Bearer s3cret"}};
+  auto form = http_->Post("/api/runs/target/cancel", token, "x=1",
+                          "application/x-www-form-urlencoded");
+  EXPECT_EQ(form->status, 415);
+  // Another name resolving here (DNS rebinding) is refused.
+  httplib::Headers rebound{{"Host", "evil.example:80"},
+                           {"Authorization", "Bearer s3cret"}};
+  EXPECT_EQ(http_->Get("/api/runs", rebound)->status, 403);
+  // A misspelled filter does not widen a bulk action.
+  auto typo = post("/api/runs/cancel?workflow=sleepy&dry-run=1", "{}", "s3cret");
+  EXPECT_EQ(typo->status, 400) << typo->body;
+  // A path of invalid UTF-8 is a 404, not the end of the process.
+  auto bad = http_->Get("/%ff%fe", token);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 404);
+  EXPECT_EQ(http_->Get("/healthz")->status, 200);
+  EXPECT_EQ(h.status(), run_status::pending) << "nothing above cancelled it";
+  // Cancelling a run that ended is refused, not reported done.
+  EXPECT_EQ(rt_->start_workflow<int>("double", 1, {.id = "over"}).get(20s), 2);
+  EXPECT_EQ(post("/api/runs/over/cancel", "{}", "s3cret")->status, 400);
 }
 
 TEST_F(endpoint_test, actions_need_the_token_and_act) {

@@ -115,26 +115,60 @@ endpoint::endpoint(client& c, endpoint_options opts) {
     throw perdure::error(errc::invalid_argument,
                          "admin endpoint on '" + opts.listen
                            + "' without a token: anyone who reaches it could "
-                             "cancel runs. Set admin_token "
+                             "read payloads and cancel runs. Set admin_token "
                              "(PERDURE_ADMIN_TOKEN), or listen on 127.0.0.1");
   impl_ = std::make_unique<impl>(c, std::move(opts.token));
   auto& s = impl_->server;
   auto* self = impl_.get();
   detail::authorizer may_act = [self](const httplib::Request& req,
                                       httplib::Response& res) {
-    if (self->token.empty())
-      return true;
-    if (req.get_header_value("Authorization") == "Bearer " + self->token)
-      return true;
+    // A page in the operator's browser may POST a form here (no
+    // preflight): an action must be JSON, which a form cannot send.
+    if (req.get_header_value("Content-Type").rfind("application/json", 0)
+        != 0) {
+      res.status = 415;
+      res.set_content(
+        nlohmann::json{{"error", "actions take Content-Type: "
+                                 "application/json"}}
+          .dump(),
+        "application/json");
+      return false;
+    }
+    return true;
+  };
+  // With a token, every /api request needs it (reads show payloads).
+  s.set_pre_routing_handler([self, loopback_only = loopback(host)](
+                              const httplib::Request& req,
+                              httplib::Response& res) {
+    // DNS rebinding: a page served by another name that resolves here.
+    if (loopback_only) {
+      auto h = req.get_header_value("Host");
+      auto name = h.substr(0, h.rfind(':'));
+      if (!h.empty() && name != "127.0.0.1" && name != "localhost"
+          && name != "[::1]") {
+        res.status = 403;
+        res.set_content("forbidden host\n", "text/plain");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    if (self->token.empty() || req.path.rfind("/api/", 0) != 0)
+      return httplib::Server::HandlerResponse::Unhandled;
+    auto given = req.get_header_value("Authorization");
+    auto want = "Bearer " + self->token;
+    // Compared in constant time.
+    unsigned char diff = given.size() == want.size() ? 0 : 1;
+    for (std::size_t i = 0; i < given.size() && i < want.size(); ++i)
+      diff |= static_cast<unsigned char>(given[i] ^ want[i]);
+    if (diff == 0)
+      return httplib::Server::HandlerResponse::Unhandled;
     res.status = 401;
     res.set_header("WWW-Authenticate", "Bearer");
-    res.set_content(
-      nlohmann::json{{"error", "this action needs the admin token: "
-                               "Authorization: Bearer <token>"}}
-        .dump(),
-      "application/json");
-    return false;
-  };
+    res.set_content(nlohmann::json{{"error", "this needs the admin token: "
+                                             "Authorization: Bearer <token>"}}
+                      .dump(),
+                    "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
@@ -157,11 +191,19 @@ endpoint::endpoint(client& c, endpoint_options opts) {
           res.set_content(std::string{file->body},
                           std::string{file->content_type});
         });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404 && res.body.empty())
-      res.set_content(nlohmann::json{{"error", "no such path: " + req.path}}
-                        .dump(),
-                      "application/json");
+  // Runs outside httplib's try: it must not throw (a path of invalid
+  // UTF-8 would make a strict dump throw and end the process).
+  s.set_error_handler([](const httplib::Request& req,
+                         httplib::Response& res) noexcept {
+    try {
+      if (res.status == 404 && res.body.empty())
+        res.set_content(
+          nlohmann::json{{"error", "no such path: " + req.path}}.dump(
+            -1, ' ', false, nlohmann::json::error_handler_t::replace),
+          "application/json");
+    } catch (...) {
+      res.set_content("no such path\n", "text/plain");
+    }
   });
   bool bound = port == 0 ? (impl_->port = s.bind_to_any_port(host)) > 0
                          : (impl_->port = port, s.bind_to_port(host, port));

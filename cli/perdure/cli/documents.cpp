@@ -239,6 +239,16 @@ nlohmann::json versions_json(const std::vector<version_report>& all) {
   return {{"versions", std::move(j)}};
 }
 
+void cancel_one(perdure::client& c, const std::string& id) {
+  c.cancel(id);
+  auto status = c.describe(id).info.status;
+  if (is_terminal(status) && status != run_status::cancelled)
+    throw perdure::error(errc::invalid_argument,
+                         "run '" + id + "' had ended "
+                           + std::string{to_string(status)}
+                           + ": nothing to cancel");
+}
+
 nlohmann::json doctor_json(perdure::client& c) {
   auto checks = nlohmann::json::array();
   auto add = [&](const char* name, bool ok, const std::string& detail) {

@@ -41,6 +41,11 @@ bool overdue(const executor_info& e);
 /// `{"versions": [...]}`.
 nlohmann::json versions_json(const std::vector<version_report>& all);
 
+/// Cancels run `id` (`client::cancel`), and throws `invalid_argument` if
+/// it had ended otherwise (nothing was cancelled: an operator must not
+/// read "cancelled" then).
+void cancel_one(perdure::client& c, const std::string& id);
+
 /// The store's health (`doctor`): `{"ok": ..., "checks": [{"check",
 /// "ok", "detail"}]}`.
 nlohmann::json doctor_json(perdure::client& c);

@@ -194,7 +194,7 @@ void add_runs_actions(CLI::App& runs, context& ctx) {
         return;
       }
       run_each(ctx, *t, "cancel", "cancelled", [&](const std::string& id) {
-        ctx.client().cancel(id);
+        cancel_one(ctx.client(), id);
         return std::string{};
       });
     });

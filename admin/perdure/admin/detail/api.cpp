@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "perdure/cli/context.hpp"
@@ -59,6 +61,20 @@ void answer(httplib::Response& res, F&& fn) {
 /// `_` for `-`).
 cli::filter_options filter_of(const httplib::Request& req,
                               std::size_t default_limit) {
+  // A misspelled filter must not widen a bulk action (`dry-run`,
+  // `id-prefix`): unknown parameters are refused.
+  static const std::set<std::string> known{
+    "status",  "workflow", "version", "executor", "parent",
+    "queue",   "object",   "id_prefix", "created", "ended",
+    "cursor",  "active",   "limit",   "dry_run"};
+  for (auto& [name, value] : req.params)
+    if (known.count(name) == 0)
+      throw cli::cli_error(cli::exit_code::usage,
+                           "unknown parameter '" + name
+                             + "': filters are status, active, workflow, "
+                               "version, executor, parent, queue, object, "
+                               "id_prefix, created, ended, limit, cursor "
+                               "(and dry_run)");
   cli::filter_options f;
   f.limit = default_limit;
   auto get = [&](const char* name, std::string& into) {
@@ -167,7 +183,7 @@ void add_api_routes(httplib::Server& server, client& c, authorizer may_act) {
                 if (!may_act(req, res))
                   return;
                 answer(res, [&] {
-                  c.cancel(arg(req, 1));
+                  cli::cancel_one(c, arg(req, 1));
                   return json{{"cancelled", arg(req, 1)}};
                 });
               });
