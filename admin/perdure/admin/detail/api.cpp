@@ -67,10 +67,10 @@ cli::filter_options filter_of(const httplib::Request& req,
     "status",  "workflow", "version", "executor", "parent",
     "queue",   "object",   "id_prefix", "created", "ended",
     "cursor",  "active",   "limit",   "dry_run"};
-  for (auto& [name, value] : req.params)
-    if (known.count(name) == 0)
+  for (auto& param : req.params)
+    if (known.count(param.first) == 0)
       throw cli::cli_error(cli::exit_code::usage,
-                           "unknown parameter '" + name
+                           "unknown parameter '" + param.first
                              + "': filters are status, active, workflow, "
                                "version, executor, parent, queue, object, "
                                "id_prefix, created, ended, limit, cursor "
