@@ -120,8 +120,8 @@ endpoint::endpoint(client& c, endpoint_options opts) {
   impl_ = std::make_unique<impl>(c, std::move(opts.token));
   auto& s = impl_->server;
   auto* self = impl_.get();
-  detail::authorizer may_act = [self](const httplib::Request& req,
-                                      httplib::Response& res) {
+  detail::authorizer may_act = [](const httplib::Request& req,
+                                  httplib::Response& res) {
     // A page in the operator's browser may POST a form here (no
     // preflight): an action must be JSON, which a form cannot send.
     if (req.get_header_value("Content-Type").rfind("application/json", 0)
