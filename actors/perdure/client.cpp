@@ -333,35 +333,35 @@ bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
   for (;;) {
     auto page = rt.svc.stores->with(
       [&](persistence::store& db) { return db.list_runs(filter); });
-    std::vector<const run_info*> todo;
+    std::vector<const run_info*> chosen; // this page's runs `wanted` took
     for (auto& run : page.runs) {
       if (!wanted(run))
         continue;
       ++result.matched;
       if (result.sample.size() < sample_size)
         result.sample.push_back(run.id);
-      todo.push_back(&run);
+      chosen.push_back(&run);
     }
     std::atomic<std::size_t> next{0};
     std::exception_ptr failure;
     auto work = [&] {
       for (;;) {
         auto i = next.fetch_add(chunk);
-        if (dry_run || i >= todo.size())
+        if (dry_run || i >= chosen.size())
           return;
         bulk_result one;
         try {
           if constexpr (by_chunk)
-            act(runs_t(todo.begin() + i,
-                       todo.begin() + std::min(i + chunk, todo.size())),
+            act(runs_t(chosen.begin() + i,
+                       chosen.begin() + std::min(i + chunk, chosen.size())),
                 one);
           else
-            act(*todo[i], one);
+            act(*chosen[i], one);
         } catch (...) {
           std::lock_guard guard{mtx};
           if (!failure)
             failure = std::current_exception();
-          next = todo.size(); // the others stop too
+          next = chosen.size(); // the others stop too
           return;
         }
         std::lock_guard guard{mtx};
@@ -376,7 +376,7 @@ bulk_result for_each_matching(detail::runtime_impl& rt, run_filter filter,
       }
     };
     std::vector<std::thread> threads;
-    auto units = (todo.size() + chunk - 1) / chunk;
+    auto units = (chosen.size() + chunk - 1) / chunk;
     for (std::size_t k = 1; k < std::min(workers, units); ++k)
       threads.emplace_back(work);
     work();
