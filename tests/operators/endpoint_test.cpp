@@ -115,6 +115,28 @@ TEST_F(endpoint_test, the_api_reads_what_the_cli_reads) {
             "text/javascript; charset=utf-8");
 }
 
+// Users choose ids like `order/7`: the API takes them percent-encoded
+// (`%2F`), as the console writes them, and tells a wrong path or method.
+TEST_F(endpoint_test, ids_holding_a_slash_are_reached_encoded) {
+  EXPECT_EQ(rt_->start_workflow<int>("double", 5, {.id = "order/7"}).get(20s), 10);
+  auto run = get("/api/runs/order%2F7");
+  EXPECT_EQ(run["id"], "order/7");
+  EXPECT_EQ(run["output"], 10);
+  EXPECT_EQ(get("/api/runs/order%2F7/export")["workflow"], "double");
+  get("/api/runs/order/7", 404); // unencoded, it names another path
+  auto h = rt_->start_workflow<int>("sleepy", {.id = "tenant/a/cancel"});
+  auto done = post("/api/runs/tenant%2Fa%2Fcancel/cancel", "{}", "s3cret");
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 200) << done->body;
+  EXPECT_EQ(json::parse(done->body)["cancelled"], "tenant/a/cancel");
+  EXPECT_EQ(h.status(), run_status::cancelled);
+  auto wrong = http_->Get("/api/runs/x/cancel",
+                          {{"Authorization", "Bearer s3cret"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 405) << wrong->body;
+  EXPECT_NE(wrong->body.find("POST acts"), std::string::npos);
+}
+
 TEST_F(endpoint_test, hostile_requests_are_refused_and_harm_nothing) {
   auto h = rt_->start_workflow<int>("sleepy", {.id = "target"});
   // With a token, reads need it too (they show payloads).

@@ -2,7 +2,11 @@
 
 #include <httplib.h>
 
+#include <memory>
+#include <optional>
 #include <set>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -106,11 +110,6 @@ cli::filter_options filter_of(const httplib::Request& req,
   return f;
 }
 
-/// The path's `n`th captured part.
-std::string arg(const httplib::Request& req, std::size_t n) {
-  return req.matches[n].str();
-}
-
 bool dry_run(const httplib::Request& req) {
   auto v = req.get_param_value("dry_run");
   return !v.empty() && v != "0" && v != "false";
@@ -138,199 +137,240 @@ run_filter bulk_filter(const httplib::Request& req) {
   return f.to_filter();
 }
 
+/// The parts of the request's path after `/api/`, each percent-decoded
+/// on its own: an id may hold `/` (written `%2F`), which httplib's decoded
+/// `path` would split.
+std::vector<std::string> api_segments(const httplib::Request& req) {
+  auto raw = req.target.empty() ? req.path : req.target;
+  raw = raw.substr(0, raw.find('?'));
+  std::vector<std::string> out;
+  constexpr std::string_view prefix = "/api/";
+  if (raw.compare(0, prefix.size(), prefix) != 0)
+    return out;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9')
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+      return c - 'A' + 10;
+    return -1;
+  };
+  std::string part;
+  for (std::size_t i = prefix.size(); i <= raw.size(); ++i) {
+    if (i == raw.size() || raw[i] == '/') {
+      out.push_back(std::move(part));
+      part.clear();
+    } else if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0
+               && hex(raw[i + 2]) >= 0) {
+      part += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+      i += 2;
+    } else {
+      part += raw[i];
+    }
+  }
+  return out;
+}
+
+using args_t = std::vector<std::string>;
+using handler_t = std::function<json(const httplib::Request&, const args_t&)>;
+
+/// One API path: its method, its parts (`*` captures one part into the
+/// handler's arguments), whether it acts (and so needs the token).
+struct route {
+  std::string_view method;
+  std::vector<std::string_view> parts;
+  bool acts;
+  handler_t fn;
+};
+
+/// The captured parts of `segments` if they fit `r`'s pattern.
+std::optional<args_t> match(const route& r, const args_t& segments) {
+  if (r.parts.size() != segments.size())
+    return std::nullopt;
+  args_t args;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    if (r.parts[i] == "*") {
+      if (segments[i].empty())
+        return std::nullopt;
+      args.push_back(segments[i]);
+    } else if (r.parts[i] != segments[i]) {
+      return std::nullopt;
+    }
+  }
+  return args;
+}
+
+resume_options resume_options_of(const json& body) {
+  resume_options opts{.reason = text_field(body, "reason")};
+  if (auto v = text_field(body, "app_version"); !v.empty())
+    opts.app_version = v;
+  return opts;
+}
+
+std::vector<route> api_routes(client& c) {
+  using req_t = const httplib::Request&;
+  using args = const args_t&;
+  return {
+    {"GET", {"runs"}, false,
+     [&c](req_t req, args) {
+       return cli::run_page_json(c.list_runs(filter_of(req, 20).to_filter()));
+     }},
+    // Bulk actions by filter (the query string), with dry_run=1 to look;
+    // before the one-run paths so that a run named `cancel` is reached
+    // only as `runs/cancel/...`.
+    {"POST", {"runs", "cancel"}, true,
+     [&c](req_t req, args) {
+       auto dry = dry_run(req);
+       return cli::bulk_json("cancel", dry,
+                             c.cancel_matching(bulk_filter(req), dry));
+     }},
+    {"POST", {"runs", "resume"}, true,
+     [&c](req_t req, args) {
+       auto dry = dry_run(req);
+       return cli::bulk_json(
+         "resume", dry,
+         c.resume_matching(bulk_filter(req), resume_options_of(body_of(req)),
+                           dry));
+     }},
+    {"GET", {"runs", "*"}, false,
+     [&c](req_t, args a) { return cli::run_document(c, a[0]); }},
+    {"GET", {"runs", "*", "export"}, false,
+     [&c](req_t, args a) { return json::parse(c.export_run(a[0])); }},
+    {"POST", {"runs", "*", "cancel"}, true,
+     [&c](req_t, args a) {
+       cli::cancel_one(c, a[0]);
+       return json{{"cancelled", a[0]}};
+     }},
+    {"POST", {"runs", "*", "resume"}, true,
+     [&c](req_t req, args a) {
+       c.resume(a[0], resume_options_of(body_of(req)));
+       return json{{"resumed", a[0]}};
+     }},
+    {"POST", {"runs", "*", "fork"}, true,
+     [&c](req_t req, args a) {
+       auto body = body_of(req);
+       fork_options opts;
+       if (body.contains("from_step"))
+         opts.from_step = body["from_step"].get<std::int32_t>();
+       if (auto v = text_field(body, "from_step_name"); !v.empty())
+         opts.from_step_name = v;
+       opts.from_last_failure = body.value("from_last_failure", false);
+       opts.id = text_field(body, "id");
+       if (auto v = text_field(body, "app_version"); !v.empty())
+         opts.app_version = v;
+       opts.reason = text_field(body, "reason");
+       return json{{"fork", c.fork(a[0], opts)}, {"source", a[0]}};
+     }},
+    {"POST", {"runs", "*", "send", "*"}, true,
+     [&c](req_t req, args a) {
+       c.send_encoded(a[0], a[1],
+                      cli::encode_json_value(req.body, "the request body"));
+       return json{{"sent", a[1]}, {"run", a[0]}};
+     }},
+    {"POST", {"runs", "*", "promises", "*", "resolve"}, true,
+     [&c](req_t req, args a) {
+       c.resolve_promise_encoded(
+         a[0], a[1], cli::encode_json_value(req.body, "the request body"));
+       return json{{"resolved", a[1]}, {"run", a[0]}};
+     }},
+    {"POST", {"runs", "*", "promises", "*", "reject"}, true,
+     [&c](req_t req, args a) {
+       c.reject_promise(a[0], a[1], text_field(body_of(req), "reason"));
+       return json{{"rejected", a[1]}, {"run", a[0]}};
+     }},
+    {"POST", {"awakeables", "*", "resolve"}, true,
+     [&c](req_t req, args a) {
+       c.resolve_awakeable_encoded(
+         a[0], cli::encode_json_value(req.body, "the request body"));
+       return json{{"resolved", a[0]}};
+     }},
+    {"POST", {"awakeables", "*", "reject"}, true,
+     [&c](req_t req, args a) {
+       c.reject_awakeable(a[0], text_field(body_of(req), "reason"));
+       return json{{"rejected", a[0]}};
+     }},
+    {"GET", {"objects", "*"}, false,
+     [&c](req_t req, args a) {
+       auto after = req.get_param_value("after");
+       return json{{"type", a[0]}, {"keys", c.list_objects(a[0], after, 100)}};
+     }},
+    {"GET", {"objects", "*", "*"}, false,
+     [&c](req_t, args a) {
+       auto state = c.object_state_encoded(a[0], a[1]);
+       if (!state)
+         throw cli::cli_error(cli::exit_code::not_found,
+                              "object " + a[0] + "/" + a[1] + " has no state");
+       return json{{"type", a[0]},
+                   {"key", a[1]},
+                   {"state", cli::payload_json(*state)}};
+     }},
+    {"GET", {"objects", "*", "*", "calls"}, false,
+     [&c](req_t req, args a) {
+       auto f = filter_of(req, 20);
+       f.object = a[0] + "/" + a[1];
+       return cli::run_page_json(c.list_runs(f.to_filter()), "calls");
+     }},
+    {"GET", {"queues"}, false,
+     [&c](req_t, args) { return cli::queues_json(c); }},
+    {"GET", {"queues", "*"}, false,
+     [&c](req_t, args a) {
+       for (auto& q : c.queues())
+         if (q.name == a[0])
+           return cli::queue_json(perdure::queues::stats(c, q.name));
+       throw cli::cli_error(cli::exit_code::not_found,
+                            "no queue '" + a[0] + "'");
+     }},
+    {"POST", {"queues", "requeue", "*"}, true,
+     [&c](req_t, args a) {
+       perdure::queues::requeue(c, a[0]);
+       return json{{"requeued", a[0]}};
+     }},
+    {"GET", {"executors"}, false,
+     [&c](req_t, args) { return cli::executors_json(c.executors()); }},
+    {"GET", {"versions"}, false,
+     [&c](req_t, args) { return cli::versions_json(c.versions()); }},
+    {"GET", {"doctor"}, false,
+     [&c](req_t, args) { return cli::doctor_json(c); }},
+  };
+}
+
 } // namespace
 
 void add_api_routes(httplib::Server& server, client& c, authorizer may_act) {
-  using req_t = const httplib::Request&;
-  using res_t = httplib::Response&;
-  server.Get("/api/runs", [&c](req_t req, res_t res) {
-    answer(res, [&] {
-      return cli::run_page_json(c.list_runs(filter_of(req, 20).to_filter()));
-    });
-  });
-  server.Get(R"(/api/runs/([^/]+))", [&c](req_t req, res_t res) {
-    answer(res, [&] { return cli::run_document(c, arg(req, 1)); });
-  });
-  server.Get(R"(/api/runs/([^/]+)/export)", [&c](req_t req, res_t res) {
-    answer(res, [&] { return json::parse(c.export_run(arg(req, 1))); });
-  });
-  // Bulk actions by filter (the query string), with dry_run=1 to look.
-  server.Post("/api/runs/cancel", [&c, may_act](req_t req, res_t res) {
-    if (!may_act(req, res))
+  auto routes = std::make_shared<const std::vector<route>>(api_routes(c));
+  auto dispatch = [routes, may_act](std::string_view method,
+                                    const httplib::Request& req,
+                                    httplib::Response& res) {
+    auto segments = api_segments(req);
+    bool other_method = false;
+    for (auto& r : *routes) {
+      auto args = match(r, segments);
+      if (!args)
+        continue;
+      if (r.method != method) {
+        other_method = true;
+        continue;
+      }
+      if (r.acts && !may_act(req, res))
+        return;
+      answer(res, [&] { return r.fn(req, *args); });
       return;
-    answer(res, [&] {
-      auto dry = dry_run(req);
-      return cli::bulk_json("cancel", dry,
-                            c.cancel_matching(bulk_filter(req), dry));
-    });
+    }
+    reply(res, other_method ? 405 : 404,
+          {{"error", other_method
+                       ? "this path takes another method (GET reads, POST "
+                         "acts)"
+                       : "no such API path: the paths are listed in the "
+                         "README, 'Operating Perdure'"}});
+  };
+  server.Get(R"(/api/.*)", [dispatch](const httplib::Request& req,
+                                       httplib::Response& res) {
+    dispatch("GET", req, res);
   });
-  server.Post("/api/runs/resume", [&c, may_act](req_t req, res_t res) {
-    if (!may_act(req, res))
-      return;
-    answer(res, [&] {
-      auto dry = dry_run(req);
-      auto body = body_of(req);
-      resume_options opts{.reason = text_field(body, "reason")};
-      if (auto v = text_field(body, "app_version"); !v.empty())
-        opts.app_version = v;
-      return cli::bulk_json("resume", dry,
-                            c.resume_matching(bulk_filter(req), opts, dry));
-    });
-  });
-  // One run's actions.
-  server.Post(R"(/api/runs/([^/]+)/cancel)",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  cli::cancel_one(c, arg(req, 1));
-                  return json{{"cancelled", arg(req, 1)}};
-                });
-              });
-  server.Post(R"(/api/runs/([^/]+)/resume)",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  auto body = body_of(req);
-                  resume_options opts{.reason = text_field(body, "reason")};
-                  if (auto v = text_field(body, "app_version"); !v.empty())
-                    opts.app_version = v;
-                  c.resume(arg(req, 1), opts);
-                  return json{{"resumed", arg(req, 1)}};
-                });
-              });
-  server.Post(R"(/api/runs/([^/]+)/fork)",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  auto body = body_of(req);
-                  fork_options opts;
-                  if (body.contains("from_step"))
-                    opts.from_step = body["from_step"].get<std::int32_t>();
-                  if (auto v = text_field(body, "from_step_name"); !v.empty())
-                    opts.from_step_name = v;
-                  opts.from_last_failure
-                    = body.value("from_last_failure", false);
-                  opts.id = text_field(body, "id");
-                  if (auto v = text_field(body, "app_version"); !v.empty())
-                    opts.app_version = v;
-                  opts.reason = text_field(body, "reason");
-                  return json{{"fork", c.fork(arg(req, 1), opts)},
-                              {"source", arg(req, 1)}};
-                });
-              });
-  server.Post(R"(/api/awakeables/([^/]+)/resolve)",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  c.resolve_awakeable_encoded(
-                    arg(req, 1),
-                    cli::encode_json_value(req.body, "the request body"));
-                  return json{{"resolved", arg(req, 1)}};
-                });
-              });
-  server.Post(R"(/api/awakeables/([^/]+)/reject)",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  c.reject_awakeable(arg(req, 1),
-                                     text_field(body_of(req), "reason"));
-                  return json{{"rejected", arg(req, 1)}};
-                });
-              });
-  server.Post(R"(/api/runs/([^/]+)/send/([^/]+))",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  c.send_encoded(arg(req, 1), arg(req, 2),
-                                 cli::encode_json_value(req.body,
-                                                        "the request body"));
-                  return json{{"sent", arg(req, 2)}, {"run", arg(req, 1)}};
-                });
-              });
-  server.Post(R"(/api/runs/([^/]+)/promises/([^/]+)/resolve)",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  c.resolve_promise_encoded(
-                    arg(req, 1), arg(req, 2),
-                    cli::encode_json_value(req.body, "the request body"));
-                  return json{{"resolved", arg(req, 2)}, {"run", arg(req, 1)}};
-                });
-              });
-  server.Post(R"(/api/runs/([^/]+)/promises/([^/]+)/reject)",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  c.reject_promise(arg(req, 1), arg(req, 2),
-                                   text_field(body_of(req), "reason"));
-                  return json{{"rejected", arg(req, 2)}, {"run", arg(req, 1)}};
-                });
-              });
-  server.Get(R"(/api/objects/([^/]+))", [&c](req_t req, res_t res) {
-    answer(res, [&] {
-      auto after = req.get_param_value("after");
-      return json{{"type", arg(req, 1)},
-                  {"keys", c.list_objects(arg(req, 1), after, 100)}};
-    });
-  });
-  server.Get(R"(/api/objects/([^/]+)/([^/]+))", [&c](req_t req, res_t res) {
-    answer(res, [&] {
-      auto state = c.object_state_encoded(arg(req, 1), arg(req, 2));
-      if (!state)
-        throw cli::cli_error(cli::exit_code::not_found,
-                             "object " + arg(req, 1) + "/"
-                               + arg(req, 2) + " has no state");
-      return json{{"type", arg(req, 1)},
-                  {"key", arg(req, 2)},
-                  {"state", cli::payload_json(*state)}};
-    });
-  });
-  server.Get(R"(/api/objects/([^/]+)/([^/]+)/calls)",
-             [&c](req_t req, res_t res) {
-               answer(res, [&] {
-                 auto f = filter_of(req, 20);
-                 f.object = arg(req, 1) + "/" + arg(req, 2);
-                 return cli::run_page_json(c.list_runs(f.to_filter()),
-                                           "calls");
-               });
-             });
-  server.Get("/api/queues", [&c](req_t, res_t res) {
-    answer(res, [&] { return cli::queues_json(c); });
-  });
-  server.Get(R"(/api/queues/([^/]+))", [&c](req_t req, res_t res) {
-    answer(res, [&] {
-      for (auto& q : c.queues())
-        if (q.name == arg(req, 1))
-          return cli::queue_json(perdure::queues::stats(c, q.name));
-      throw cli::cli_error(cli::exit_code::not_found,
-                           "no queue '" + arg(req, 1) + "'");
-    });
-  });
-  server.Post(R"(/api/queues/requeue/([^/]+))",
-              [&c, may_act](req_t req, res_t res) {
-                if (!may_act(req, res))
-                  return;
-                answer(res, [&] {
-                  perdure::queues::requeue(c, arg(req, 1));
-                  return json{{"requeued", arg(req, 1)}};
-                });
-              });
-  server.Get("/api/executors", [&c](req_t, res_t res) {
-    answer(res, [&] { return cli::executors_json(c.executors()); });
-  });
-  server.Get("/api/versions", [&c](req_t, res_t res) {
-    answer(res, [&] { return cli::versions_json(c.versions()); });
-  });
-  server.Get("/api/doctor", [&c](req_t, res_t res) {
-    answer(res, [&] { return cli::doctor_json(c); });
+  server.Post(R"(/api/.*)", [dispatch](const httplib::Request& req,
+                                        httplib::Response& res) {
+    dispatch("POST", req, res);
   });
 }
 
