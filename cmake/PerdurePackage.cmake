@@ -6,13 +6,14 @@ include(CMakePackageConfigHelpers)
 
 set(PERDURE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/perdure)
 
-install(TARGETS perdure_persistence perdure_actors perdure perdure_sagas
+install(TARGETS perdure_telemetry perdure_persistence perdure_actors perdure perdure_sagas
                 perdure_queues
         EXPORT perdureTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/persistence/perdure
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/telemetry/perdure
+                  ${PROJECT_SOURCE_DIR}/persistence/perdure
                   ${PROJECT_SOURCE_DIR}/actors/perdure
                   ${PROJECT_SOURCE_DIR}/sagas/perdure
                   ${PROJECT_SOURCE_DIR}/queues/perdure

@@ -664,6 +664,10 @@ std::string client::not_ready() {
   return {};
 }
 
+telemetry::snapshot client::metrics() {
+  return impl_->metrics();
+}
+
 store_description client::store_info() {
   auto& rt = *impl_;
   detail::runtime_impl::client_call call{rt};

@@ -11,6 +11,7 @@
 #include "perdure/config.hpp"
 #include "perdure/persistence/codec.hpp"
 #include "perdure/run_listing.hpp"
+#include "perdure/telemetry/metrics.hpp"
 #include "perdure/workflow_handle.hpp"
 
 namespace perdure {
@@ -237,6 +238,11 @@ public:
 
   /// Returns which store this is and its schema version.
   store_description store_info();
+
+  /// Returns every `perdure_*` metric of this process (its gauges sampled
+  /// now), for a team's own registry; `telemetry::prometheus_text` writes
+  /// it as Prometheus text (what the admin endpoint's /metrics serves).
+  telemetry::snapshot metrics();
 
   /// Returns one page of runs matching `filter`, newest first (id, name,
   /// status, executor, times, error). Throws `invalid_argument` for a bad

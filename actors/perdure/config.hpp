@@ -102,6 +102,13 @@ struct config {
   /// is brought back.
   std::chrono::milliseconds stranded_check{10'000};
 
+  /// Whether opening the store brings its schema up to date (migrations
+  /// run once, under a lock, by whichever process opens first). false: an
+  /// operator's tool, perhaps on a role that may not change the schema;
+  /// the schema must be at this version already, or opening fails saying
+  /// so (`perdure migrate` brings it up).
+  bool migrate_schema = true;
+
   /// Where `perdure::admin::endpoint` listens (`host:port`; port 0: any
   /// free one), e.g. `127.0.0.1:9464`; empty: the endpoint stays off.
   std::string admin_listen;

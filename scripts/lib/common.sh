@@ -30,6 +30,27 @@ ensure_packages() {
   fi
 }
 
+# ensure_promtool <dir>: Debian's promtool (package prometheus) unpacked
+# into <dir>/tools, never installed (that would add a Prometheus server and
+# its service to the machine); exports PERDURE_PROMTOOL for the tests that
+# check /metrics' text with it. Without it those checks are skipped.
+ensure_promtool() {
+  local tools="$ROOT/$1/tools"
+  if [ ! -x "$tools/promtool" ]; then
+    local tmp; tmp=$(mktemp -d)
+    if (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1 \
+          && dpkg-deb -x prometheus_*.deb x) && [ -x "$tmp/x/usr/bin/promtool" ]; then
+      mkdir -p "$tools" && cp "$tmp/x/usr/bin/promtool" "$tools/promtool"
+    else
+      echo "==> promtool unavailable (apt-get download prometheus failed):" \
+           "the metrics format checks are skipped"
+    fi
+    rm -rf "$tmp"
+  fi
+  [ -x "$tools/promtool" ] && export PERDURE_PROMTOOL="$tools/promtool"
+  return 0
+}
+
 # build <dir> [--target <t>]... [cmake -D args...]: configure and compile.
 # Warnings are errors under CI (CI=true).
 build() {

@@ -14,6 +14,7 @@
 #include "perdure/client.hpp"
 #include "perdure/console/assets.hpp"
 #include "perdure/error.hpp"
+#include "perdure/telemetry/prometheus.hpp"
 
 namespace perdure::admin {
 
@@ -168,6 +169,18 @@ endpoint::endpoint(client& c, endpoint_options opts) {
                       .dump(),
                     "application/json");
     return httplib::Server::HandlerResponse::Handled;
+  });
+  // Prometheus's scrape (as /healthz, outside the token: it shows counts,
+  // never payloads).
+  s.Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
+    try {
+      res.set_content(telemetry::prometheus_text(self->c.metrics()),
+                      telemetry::prometheus_content_type);
+    } catch (const std::exception& ex) {
+      res.status = 500;
+      res.set_content(std::string{"metrics failed: "} + ex.what() + "\n",
+                      "text/plain");
+    }
   });
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");

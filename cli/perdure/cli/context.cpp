@@ -30,10 +30,11 @@ std::string sqlite_path(const std::string& url) {
 
 } // namespace
 
-perdure::client& context::client() {
+perdure::client& context::client(bool migrate) {
   if (client_)
     return *client_;
   auto cfg = perdure::config::from_env();
+  cfg.migrate_schema = migrate;
   if (!opts.database_url.empty())
     cfg.database_url = opts.database_url;
   cfg.schema = opts.schema;
@@ -53,6 +54,9 @@ perdure::client& context::client() {
   try {
     client_ = std::make_unique<perdure::client>(std::move(cfg));
   } catch (const perdure::error& ex) {
+    if (ex.code() == errc::invalid_argument) // its schema: says what to do
+      throw cli_error(exit_code::failed,
+                      std::string{"cannot use the store: "} + ex.what());
     throw cli_error(exit_code::unavailable,
                     std::string{"cannot open the store: "} + ex.what()
                       + " (check PERDURE_DATABASE_URL or --database)");

@@ -74,8 +74,9 @@ public:
 
   /// The client, connected on first use. Throws `cli_error` if the
   /// database cannot be reached (or a SQLite file does not exist: a CLI
-  /// never creates one).
-  perdure::client& client();
+  /// never creates one). The CLI changes no schema unless asked
+  /// (`migrate`): an operator's role may not be allowed to.
+  perdure::client& client(bool migrate = false);
 
   std::ostream& out;
   std::ostream& err;

@@ -79,6 +79,16 @@ void add_health_commands(CLI::App& app, context& ctx) {
                   << "' has no live process: deploy it, or move its runs "
                      "(client::move_runs)\n";
     });
+  app.add_subcommand("migrate", "Bring the store's schema up to this "
+                                "version (other commands never change it)")
+    ->callback([&ctx] {
+      auto info = ctx.client(true).store_info();
+      nlohmann::json j{{"dialect", info.dialect},
+                       {"schema_version", info.schema_version}};
+      if (!ctx.json(j))
+        ctx.out << "schema at version " << info.schema_version << " ("
+                << info.dialect << ")\n";
+    });
   app.add_subcommand("doctor", "Check the store: reachable, schema, "
                                "stranded and BLOCKED work, overdue leases")
     ->callback([&ctx] {

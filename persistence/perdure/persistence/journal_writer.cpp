@@ -1,9 +1,12 @@
 #include "perdure/persistence/journal_writer.hpp"
 
+#include <chrono>
+
 #include <spdlog/spdlog.h>
 
 #include "perdure/error.hpp"
 #include "perdure/persistence/store.hpp"
+#include "perdure/telemetry/metrics.hpp"
 
 namespace perdure::persistence {
 
@@ -153,7 +156,17 @@ journal_writer::commit(store& db, const write_batch& batch,
                        const std::vector<slot>& slots, bool& unavailable,
                        errc& error) {
   try {
+    auto began = std::chrono::steady_clock::now();
     auto result = db.write_batch(batch);
+    if (auto* m = opts_.metrics) {
+      if (m->commit_seconds)
+        m->commit_seconds->observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                        - began)
+            .count());
+      if (m->batch_writes)
+        m->batch_writes->observe(static_cast<double>(slots.size()));
+    }
     std::vector<write_result> results;
     results.reserve(slots.size());
     for (auto s : slots) {

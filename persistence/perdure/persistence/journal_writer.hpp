@@ -59,6 +59,9 @@ public:
   struct options {
     /// Most writes committed in one transaction.
     std::size_t max_batch = 2048;
+    /// Where group commits are timed and sized (null: nowhere); must
+    /// outlive the writer.
+    const store_metrics* metrics = nullptr;
   };
 
   /// Starts one writer thread per connection. Each thread takes whatever is

@@ -17,10 +17,15 @@ std::unique_ptr<store> open_store(const store_options& opts) {
     if (path.empty())
       throw perdure::error(errc::invalid_argument,
                            "database URL names no SQLite file: " + url);
-    return std::make_unique<sqlite_store>(path, opts.retry_budget);
+    auto db = std::make_unique<sqlite_store>(path, opts.retry_budget);
+    db->count_on(opts.metrics);
+    return db;
   }
-  if (starts_with("postgresql://") || starts_with("postgres://"))
-    return std::make_unique<postgres_store>(opts);
+  if (starts_with("postgresql://") || starts_with("postgres://")) {
+    auto db = std::make_unique<postgres_store>(opts);
+    db->count_on(opts.metrics);
+    return db;
+  }
   throw perdure::error(errc::invalid_argument,
                        "unsupported database URL (use postgresql://... or "
                        "sqlite:///path): "

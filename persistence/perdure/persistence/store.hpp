@@ -18,6 +18,7 @@
 #include "perdure/persistence/queue_store.hpp"
 #include "perdure/persistence/records.hpp"
 #include "perdure/persistence/run_store.hpp"
+#include "perdure/persistence/store_metrics.hpp"
 
 namespace perdure::persistence {
 
@@ -41,6 +42,9 @@ struct store_options {
   /// stalled mid-transaction (a transactional step, a batch) holds locks
   /// on its runs' rows, which a takeover skips: this bounds how long.
   std::chrono::milliseconds idle_transaction_timeout{0};
+  /// Where retries and spent budgets are counted (null: nowhere); must
+  /// outlive the store.
+  const store_metrics* metrics = nullptr;
 };
 
 /// The durable state of Perdure: one interface made of roles (runs,
@@ -67,6 +71,13 @@ public:
 
   /// Returns the schema version after `migrate()`.
   virtual int schema_version() = 0;
+
+  /// Counts retries and spent budgets on `m` from now on (null: nowhere);
+  /// `m` must outlive this store.
+  void count_on(const store_metrics* m) noexcept { metrics_ = m; }
+
+protected:
+  const store_metrics* metrics_ = nullptr;
 };
 
 /// Opens the store named by `opts.url`. Throws `perdure::error` on a bad URL

@@ -13,6 +13,7 @@
 #include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/execution/store_pool.hpp"
 #include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/runs/completion_watchers.hpp"
@@ -121,6 +122,12 @@ void execution::init(execution_host& host, mailbox box, runtime_services& r,
     item_ = std::make_unique<queue_item>(
       queue_item{std::move(run.queue_name), run.attempts});
   }
+  series_ = &rt->metrics.of(run.name, run.object_type);
+  created_at_ms_ = run.created_at_ms;
+  // Started from its beginning here: not a run recovered or taken over,
+  // nor a queue item's later attempt (its journal holds the failure).
+  if (journal.empty() && run.recovery_attempts == 0)
+    series_->started.add();
   pending_start = std::make_unique<start_info>(
     start_info{std::move(run.name), std::move(run.inputs)});
   encoding_ = rt->cfg.payload_encoding;
@@ -250,6 +257,7 @@ void execution::on_cancel(bool ended) {
     // The canceller committed the end; waiters read it from the store, not
     // from here (the run may be resumed before this actor stops).
     rt->log().info("perdure: run {} cancelled", run_id_);
+    count_end(run_status::cancelled);
     rt->queue_item_released(run_id_);
     wake_parent();
     stop(std::nullopt);
@@ -410,6 +418,7 @@ bool execution::write_committed(std::int32_t ack, const char* what) {
 }
 
 void execution::lost_ownership() {
+  rt->metrics.fenced_writes.add();
   rt->lease->report_fenced(run_id_);
   rt->fenced_from(run_id_, epoch);
   stop(std::nullopt);

@@ -34,6 +34,7 @@ class store;
 namespace perdure::detail {
 
 struct runtime_services;
+struct workflow_series;
 
 /// Where an execution's messages go: callable from any thread, and after
 /// the execution left (the message is then dropped).
@@ -203,6 +204,12 @@ private:
     std::int32_t attempts = 0;
   };
   std::unique_ptr<queue_item> item_;
+  /// Its workflow's (or object handler's) metrics, and when it was
+  /// created (wall clock, ms: run durations).
+  workflow_series* series_ = nullptr;
+  std::int64_t created_at_ms_ = 0;
+  /// Records its end in the metrics.
+  void count_end(run_status status);
   bool requeued_ = false;
   /// Set BLOCKED instead of ending (see `block`).
   bool blocked_ = false;

@@ -16,6 +16,7 @@
 #include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/execution/store_pool.hpp"
 #include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/runs/completion_watchers.hpp"
@@ -125,6 +126,7 @@ bool execution::may_block() const {
 
 void execution::block(const std::string& why) {
   blocked_ = true;
+  series_->blocked.add();
   auto version = rt->cfg.app_version.empty() ? std::string{"(no app_version)"}
                                              : rt->cfg.app_version;
   auto text = why + "; met by executor '" + rt->cfg.executor_id
@@ -190,8 +192,23 @@ void execution::on_ended(std::int32_t ack) {
   }
   if (write_committed(ack, "its final status")) {
     ended_ = true;
+    count_end(final_outcome->status);
     stop(*final_outcome);
   }
+}
+
+void execution::count_end(run_status status) {
+  if (!series_)
+    return;
+  auto seconds = static_cast<double>(
+                   std::max<std::int64_t>(0, detail::now_ms() - created_at_ms_))
+                 / 1000.0;
+  if (series_->object_type.empty())
+    rt->metrics.run_ended(series_->name, status, seconds);
+  else
+    rt->metrics.object_call_ended(series_->object_type, status, seconds);
+  if (status == run_status::dead_letter && item_)
+    rt->metrics.dead_lettered(item_->queue);
 }
 
 std::int64_t execution::passivate_after_ms() const {

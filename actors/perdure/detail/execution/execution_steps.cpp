@@ -17,6 +17,7 @@
 #include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/execution/store_pool.hpp"
 #include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/runs/completion_watchers.hpp"
@@ -102,7 +103,21 @@ void execution::run_steps(step_job j) {
       } done{j};
       if (auto& hooks = j.rt->cfg.testing; hooks && hooks->step_starting)
         hooks->step_starting(j.proto.run_id, j.seq);
+      auto began = std::chrono::steady_clock::now();
       out = j.body(); // catches what the user's code throws
+      if (auto* series = j.exec->series_) {
+        series->step_seconds.observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                        - began)
+            .count());
+        if (out.result == persistence::outcome::value)
+          series->steps_ok.add();
+        else if (out.result == persistence::outcome::failed
+                 && !j.last_attempt)
+          series->step_retries.add();
+        else // its last attempt, or a terminal error
+          series->steps_failed.add();
+      }
     }
     if (out.result == persistence::outcome::failed && !j.last_attempt) {
       // Attempts left: the host schedules the retry.

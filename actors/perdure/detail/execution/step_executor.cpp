@@ -1,5 +1,7 @@
 #include "perdure/detail/execution/step_executor.hpp"
 
+#include <algorithm>
+
 namespace perdure::detail {
 
 namespace {
@@ -49,6 +51,11 @@ void step_executor::post(std::function<void()> job) {
 bool step_executor::has_queued_jobs() {
   std::lock_guard guard{mtx_};
   return !jobs_.empty();
+}
+
+step_executor::load_reading step_executor::load() {
+  std::lock_guard guard{mtx_};
+  return {threads_.size() - std::min(idle_, threads_.size()), jobs_.size()};
 }
 
 bool step_executor::wake_one() {

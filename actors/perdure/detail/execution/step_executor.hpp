@@ -33,6 +33,13 @@ public:
   /// next step on the thread it holds would jump that queue).
   bool has_queued_jobs();
 
+  /// Threads running a job now, and jobs waiting for one.
+  struct load_reading {
+    std::size_t busy = 0;
+    std::size_t queued = 0;
+  };
+  load_reading load();
+
   /// Returns whether the calling thread is an executor thread of `owner`
   /// (one that must not join `owner`'s executors, as `runtime::stop()`
   /// does).

@@ -3,6 +3,7 @@
 #include <caf/send.hpp>
 
 #include "perdure/detail/lease/executor_lease.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/recovery/recovery_service.hpp"
@@ -12,6 +13,16 @@
 #include "perdure/error.hpp"
 
 namespace perdure::detail {
+
+namespace {
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+           std::chrono::steady_clock::now().time_since_epoch())
+    .count();
+}
+
+} // namespace
 
 lease_service::lease_service(runtime_services& svc) : svc_(svc) {
 }
@@ -32,10 +43,12 @@ void lease_service::acquire(const persistence::store_options& opts,
     svc_.log());
   try {
     lease_->acquire();
+    renewed_ns_ = steady_ns();
     lease_->start_heartbeats(
       interval, {.lost = [this] { lost(); },
                  .regained = [this] { regained(); },
                  .renewed = [this](std::size_t declared) {
+                   renewed_ns_ = steady_ns();
                    // Now and then, whatever is left for this process too
                    // (runs whose workflow no live process had, runs a
                    // client started unheard).
@@ -52,9 +65,16 @@ void lease_service::release() {
   if (lease_)
     lease_->release();
   lease_.reset();
+  renewed_ns_ = 0;
+}
+
+double lease_service::age_seconds() const noexcept {
+  auto at = renewed_ns_.load();
+  return at == 0 ? -1.0 : static_cast<double>(steady_ns() - at) / 1e9;
 }
 
 void lease_service::lost() {
+  svc_.metrics.lease_losses.add();
   svc_.runs->lose_lease();
   // After the registry's lock: the directory takes its own lock, then that
   // one.

@@ -62,6 +62,9 @@ public:
   /// Logs the count of a burst of fencings once its 5 s are over.
   void flush_log_summaries();
 
+  /// Seconds since the lease was last renewed (-1: not held).
+  double age_seconds() const noexcept;
+
 private:
   void lost();
   void regained();
@@ -70,6 +73,9 @@ private:
   std::shared_ptr<std::atomic<std::int64_t>> epoch_
     = std::make_shared<std::atomic<std::int64_t>>(0);
   std::unique_ptr<executor_lease> lease_;
+  /// When the lease was last taken or renewed (steady clock, ns; 0: not
+  /// held).
+  std::atomic<std::int64_t> renewed_ns_{0};
   std::uint64_t beats_ = 0;
   std::mutex log_mtx_;
   std::chrono::steady_clock::time_point fenced_window_end_{};

@@ -4,6 +4,7 @@
 
 #include "perdure/detail/execution/run_message.hpp"
 #include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/execution/store_pool.hpp"
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
@@ -80,6 +81,7 @@ void recovery_service::recover() {
   if (!runs.empty())
     svc_.log().info("perdure: recovering {} pending runs of executor '{}'",
                     runs.size(), cfg.executor_id);
+  svc_.metrics.recoveries.add(runs.size());
   bring_in(std::move(runs));
   take_over_now(std::nullopt); // what died with other processes meanwhile
 }
@@ -192,6 +194,7 @@ void recovery_service::take_over_now(const std::optional<std::string>& only) {
       });
       if (runs.empty())
         break;
+      svc_.metrics.takeovers.add(runs.size());
       if (!only)
         svc_.log().info("perdure: executor '{}' took over {} runs of stopped "
                         "or lapsed executors",

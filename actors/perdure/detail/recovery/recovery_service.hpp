@@ -43,6 +43,9 @@ public:
     return left_pending_.load();
   }
 
+  /// Runs of app versions no live executor runs, at the last look.
+  std::int64_t stranded_runs() const noexcept { return stranded_.load(); }
+
   /// Whether the start's recovery is yet to end: what it brings in is not
   /// to be claimed beside it (see `recover`).
   bool recovering();

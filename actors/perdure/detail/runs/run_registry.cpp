@@ -310,6 +310,11 @@ std::size_t run_registry::held_count() const {
   return active_.size() + reviving_.size() + orphans_.size();
 }
 
+std::size_t run_registry::active_count() const {
+  std::lock_guard guard{mtx_};
+  return active_.size();
+}
+
 std::optional<std::vector<std::pair<std::string, std::int64_t>>>
 run_registry::unheld(
   const std::vector<std::pair<std::string, std::int64_t>>& listed,

@@ -174,6 +174,8 @@ public:
 
   /// How many runs this process holds (actors, revivals, orphans).
   std::size_t held_count() const;
+  /// Runs and invocations with an actor here now.
+  std::size_t active_count() const;
   /// Of `listed` (id, epoch), those held here by nobody: not in memory,
   /// not being revived, no orphan, not in `ahead`, not fenced at that
   /// epoch. Nothing if stopped or without the lease.

@@ -14,10 +14,15 @@ namespace perdure::detail {
 
 class admin_store {
 public:
-  /// Opens the store and brings its schema up to date.
-  void open(const persistence::store_options& opts) {
+  /// Opens the store and brings its schema up to date, or, without
+  /// `migrate`, checks that it is (throws `errc::invalid_argument` saying
+  /// what to do if not).
+  void open(const persistence::store_options& opts, bool migrate = true) {
     auto db = persistence::open_store(opts);
-    db->migrate();
+    if (migrate)
+      db->migrate();
+    else
+      check_schema(*db, opts);
     std::lock_guard guard{mtx_};
     db_ = std::move(db);
   }
@@ -38,6 +43,9 @@ public:
   }
 
 private:
+  static void check_schema(persistence::store& db,
+                           const persistence::store_options& opts);
+
   std::mutex mtx_;
   std::unique_ptr<persistence::store> db_;
 };

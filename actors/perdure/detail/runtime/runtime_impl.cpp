@@ -45,6 +45,7 @@ runtime_impl::runtime_impl(config c, bool client)
         .object_filter = object_filter_,
         .client_mode = client,
         .logger = *logger_,
+        .metrics = metrics_,
         .clock = clock_.get(),
         .runs = &runs_,
         .ends = &ends_,
@@ -82,7 +83,8 @@ persistence::store_options runtime_impl::store_options() const {
           .lease_epoch = lease_.epoch(),
           .idle_transaction_timeout = client_mode
                                         ? std::chrono::milliseconds{0}
-                                        : 2 * cfg.lease_timeout};
+                                        : 2 * cfg.lease_timeout,
+          .metrics = &metrics_.store()};
 }
 
 void runtime_impl::build_filters() {
@@ -105,7 +107,7 @@ void runtime_impl::build_filters() {
 
 void runtime_impl::start_client() {
   auto opts = store_options();
-  admin_.open(opts);
+  admin_.open(opts, cfg.migrate_schema);
   stores_ = std::make_unique<store_pool>(opts, cfg.pooled_connections);
   svc.stores = stores_.get();
   runs_.open();
@@ -133,7 +135,7 @@ void runtime_impl::start() {
   }
   auto opts = store_options();
   phase("start: schema");
-  admin_.open(opts);
+  admin_.open(opts, cfg.migrate_schema);
   build_filters();
   // A runtime object started again: nothing of its last life counts (its
   // timers and its takeover job went with it).
@@ -167,7 +169,8 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   for (std::size_t i = 0; i < writers; ++i)
     journal.push_back(persistence::open_store(opts));
   writer_ = std::make_unique<persistence::journal_writer>(
-    std::move(journal), persistence::journal_writer::options{});
+    std::move(journal),
+    persistence::journal_writer::options{.metrics = &metrics_.store()});
   steps_ = std::make_unique<step_executor>(cfg.step_threads, &svc);
   control_ = std::make_unique<step_executor>(
     std::max<std::size_t>(1, cfg.control_threads), &svc);
@@ -180,6 +183,9 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   system_ = std::make_unique<caf::actor_system>(*system_cfg_);
   forget_caf_logger();
   timers_ = std::make_unique<timer_service>(clock_, [this](const timer& t) {
+    metrics_.timer_lateness.observe(
+      static_cast<double>(std::max<std::int64_t>(0, clock_->now_ms() - t.due_ms))
+      / 1000.0);
     if (t.seq != deadline_seq) {
       launcher_.wake(t.run_id, t.seq);
       return;
@@ -318,6 +324,32 @@ void runtime_impl::housekeeping() {
     post([this] { recovery_.check_stranded(); });
   if (runs_.orphans_due(now))
     post([this] { launcher_.revive_orphans(); });
+}
+
+telemetry::snapshot runtime_impl::metrics() {
+  // Gauges are read off the parts now; the gate keeps them from being torn
+  // down meanwhile (a stopped runtime holds nothing).
+  try {
+    client_call call{*this};
+    metrics_.runs_in_memory.set(static_cast<double>(runs_.active_count()));
+    metrics_.keys_in_memory.set(static_cast<double>(objects_.size()));
+    if (steps_) {
+      auto load = steps_->load();
+      metrics_.step_threads_busy.set(static_cast<double>(load.busy));
+      metrics_.step_backlog.set(static_cast<double>(load.queued));
+    }
+    if (timers_)
+      metrics_.timers_armed.set(static_cast<double>(timers_->size()));
+    metrics_.lease_age.set(lease_.age_seconds());
+    metrics_.runs_stranded.set(static_cast<double>(recovery_.stranded_runs()));
+  } catch (const perdure::error&) {
+    for (auto* g : {&metrics_.runs_in_memory, &metrics_.keys_in_memory,
+                    &metrics_.step_threads_busy, &metrics_.step_backlog,
+                    &metrics_.timers_armed})
+      g->set(0);
+    metrics_.lease_age.set(-1);
+  }
+  return metrics_.registry.read();
 }
 
 } // namespace perdure::detail

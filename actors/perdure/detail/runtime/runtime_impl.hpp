@@ -19,6 +19,7 @@
 #include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/execution/store_pool.hpp"
 #include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/object_entry.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
@@ -75,6 +76,7 @@ private:
 
   client_gate gate_;
   admin_store admin_;
+  runtime_metrics metrics_;
   run_registry runs_;
 
 public:
@@ -112,6 +114,9 @@ public:
   std::int64_t left_pending() const noexcept {
     return recovery_.left_pending();
   }
+
+  /// Every metric of this runtime, its gauges sampled now.
+  telemetry::snapshot metrics();
 
 private:
   persistence::store_options store_options() const;

@@ -47,6 +47,7 @@ class queue_hooks;
 class recovery_service;
 class run_launcher;
 class run_registry;
+class runtime_metrics;
 class step_executor;
 class store_pool;
 class timer_service;
@@ -68,6 +69,8 @@ struct runtime_services {
   /// A client-only process (no actors, no lease, no recovery).
   const bool client_mode;
   spdlog::logger& logger;
+  /// What this runtime counts and times (perdure_* metrics).
+  runtime_metrics& metrics;
   /// The time source of durable timers.
   perdure::clock* clock = nullptr;
   /// Which runs and invocations live here; `running()` says whether the

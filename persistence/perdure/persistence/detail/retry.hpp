@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "perdure/error.hpp"
+#include "perdure/persistence/store_metrics.hpp"
+#include "perdure/telemetry/metrics.hpp"
 
 namespace perdure::persistence::detail {
 
@@ -30,10 +32,12 @@ enum class failure_kind {
 /// transient for at most `budget`. `reconnect` runs before retries of kind
 /// `failure_kind::reconnect` (and may itself throw, which counts as another
 /// failed attempt). Throws `errc::store_unavailable` (`errc::store_full` if
-/// the last failure was of kind `full`) when the budget is spent.
+/// the last failure was of kind `full`) when the budget is spent. Each
+/// retry and a spent budget are counted on `metrics` (if given).
 template <class Attempt, class Classify, class Reconnect>
 auto with_retry(std::chrono::milliseconds budget, Attempt&& attempt,
-                Classify&& classify, Reconnect&& reconnect) {
+                Classify&& classify, Reconnect&& reconnect,
+                const store_metrics* metrics = nullptr) {
   using clock = std::chrono::steady_clock;
   auto deadline = clock::now() + budget;
   auto delay = std::chrono::milliseconds{2};
@@ -55,6 +59,8 @@ auto with_retry(std::chrono::milliseconds budget, Attempt&& attempt,
       if (!need_reconnect)
         last = kind;
       if (clock::now() >= deadline) {
+        if (metrics && metrics->unavailable)
+          metrics->unavailable->add();
         std::string what = "unknown error";
         try {
           throw;
@@ -70,6 +76,13 @@ auto with_retry(std::chrono::milliseconds budget, Attempt&& attempt,
       }
       need_reconnect = kind == failure_kind::reconnect
                        || kind == failure_kind::full;
+      if (metrics) {
+        auto* c = kind == failure_kind::full        ? metrics->full
+                  : kind == failure_kind::reconnect ? metrics->reconnects
+                                                    : metrics->retries;
+        if (c)
+          c->add();
+      }
       std::uniform_int_distribution<long> jitter{0, delay.count()};
       std::this_thread::sleep_for(std::chrono::milliseconds{jitter(rng)} + delay / 2);
       delay = std::min(delay * 2, std::chrono::milliseconds{500});

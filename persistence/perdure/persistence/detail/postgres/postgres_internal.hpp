@@ -377,7 +377,7 @@ auto postgres_store::with_retry(F&& attempt) {
           connect(); // the first connection (the constructor's)
         return attempt();
       },
-      detail::pg::classify, [this] { connect(); });
+      detail::pg::classify, [this] { connect(); }, metrics_);
   } catch (const pqxx::failure& ex) {
     throw perdure::error(errc::store_error, ex.what());
   }

@@ -85,7 +85,7 @@ auto sqlite_store::with_retry(F&& attempt) {
       sqlite3_busy_timeout(db_, 50);
       truncate_log();
       sqlite3_busy_timeout(db_, 5000);
-    });
+    }, metrics_);
   } catch (const sqlite_failure& ex) {
     throw perdure::error(errc::store_error, ex.what());
   }

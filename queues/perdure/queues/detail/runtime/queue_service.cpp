@@ -10,6 +10,7 @@
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/runs/run_launcher.hpp"
 #include "perdure/detail/runs/run_registry.hpp"
 #include "perdure/detail/runtime/services.hpp"
@@ -115,6 +116,10 @@ void queue_service::start_claimed(queue_entry& q) {
       q.in_memory.insert(item->run.id); // its worker, taken now
     }
     auto id = item->run.id;
+    auto due = std::max(item->run.created_at_ms,
+                        item->run.not_before_ms.value_or(0));
+    rt_.metrics.queue_started(
+      q.name, static_cast<double>(perdure::detail::now_ms() - due) / 1000.0);
     // Spawned outside the lock: spawning calls `holding`.
     if (!rt_.launcher->spawn_run(std::move(item->run), std::move(item->journal))) {
       {

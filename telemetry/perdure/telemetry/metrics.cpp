@@ -1,0 +1,153 @@
+#include "perdure/telemetry/metrics.hpp"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+
+namespace perdure::telemetry {
+
+namespace {
+
+constexpr std::array<double, 16> latency_bounds{
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+  0.05,   0.1,     0.25,   0.5,   1,      2.5,   10,    60};
+
+constexpr std::array<double, 13> size_bounds{1,  2,   4,   8,   16,   32,  64,
+                                             128, 256, 512, 1024, 2048, 4096};
+
+/// Names as the exposition format allows them: [a-zA-Z_:][a-zA-Z0-9_:]*
+/// for metrics, without `:` for labels.
+bool valid_name(std::string_view name, bool label) {
+  if (name.empty())
+    return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'
+              || (!label && c == ':') || (i > 0 && c >= '0' && c <= '9');
+    if (!ok)
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+std::span<const double> latency_buckets() { return latency_bounds; }
+std::span<const double> size_buckets() { return size_bounds; }
+
+histogram::histogram(std::span<const double> bounds)
+  : bounds_(bounds.begin(), bounds.end()),
+    buckets_(std::make_unique<std::atomic<std::uint64_t>[]>(bounds.size()
+                                                             + 1)) {
+  if (!std::is_sorted(bounds_.begin(), bounds_.end())
+      || std::adjacent_find(bounds_.begin(), bounds_.end()) != bounds_.end())
+    throw std::invalid_argument("histogram bounds must ascend strictly");
+}
+
+void histogram::observe(double v) noexcept {
+  auto at = std::lower_bound(bounds_.begin(), bounds_.end(), v)
+            - bounds_.begin();
+  buckets_[static_cast<std::size_t>(at)].fetch_add(1,
+                                                   std::memory_order_relaxed);
+  sum_.fetch_add(v, std::memory_order_relaxed);
+}
+
+histogram::reading histogram::read() const {
+  reading out;
+  out.cumulative.reserve(bounds_.size() + 1);
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i <= bounds_.size(); ++i) {
+    total += buckets_[i].load(std::memory_order_relaxed);
+    out.cumulative.push_back(total);
+  }
+  out.count = total;
+  out.sum = sum_.load(std::memory_order_relaxed);
+  return out;
+}
+
+template <class Metric>
+family_reading family<Metric>::read() const {
+  family_reading out;
+  out.name = name_;
+  out.help = help_;
+  out.label_names = labels_;
+  out.bounds = bounds_;
+  if constexpr (std::is_same_v<Metric, counter>)
+    out.type = metric_type::counter;
+  else if constexpr (std::is_same_v<Metric, gauge>)
+    out.type = metric_type::gauge;
+  else
+    out.type = metric_type::histogram;
+  std::lock_guard guard{mtx_};
+  out.series.reserve(series_.size());
+  for (auto& [values, metric] : series_) {
+    series_reading s;
+    s.label_values = values;
+    if constexpr (std::is_same_v<Metric, histogram>) {
+      s.buckets = metric->read();
+      s.value = static_cast<double>(s.buckets.count);
+    } else {
+      s.value = static_cast<double>(metric->value());
+    }
+    out.series.push_back(std::move(s));
+  }
+  return out;
+}
+
+template class family<counter>;
+template class family<gauge>;
+template class family<histogram>;
+
+template <class Metric, class... Args>
+family<Metric>& registry::add(Args&&... args) {
+  auto f = std::make_unique<family<Metric>>(std::forward<Args>(args)...);
+  auto reading = f->read();
+  if (!valid_name(reading.name, false))
+    throw std::invalid_argument("metric name '" + reading.name
+                                + "' is not a Prometheus name");
+  for (auto& label : reading.label_names)
+    if (!valid_name(label, true) || label == "le")
+      throw std::invalid_argument("label name '" + label + "' of "
+                                  + reading.name + " is not allowed");
+  auto& b = reading.bounds;
+  if (!std::is_sorted(b.begin(), b.end())
+      || std::adjacent_find(b.begin(), b.end()) != b.end())
+    throw std::invalid_argument("the bounds of " + reading.name
+                                + " must ascend strictly");
+  std::lock_guard guard{mtx_};
+  for (auto& known : families_)
+    if (known->read().name == reading.name)
+      throw std::invalid_argument("metric " + reading.name
+                                  + " is registered twice");
+  auto& out = *f;
+  families_.push_back(std::move(f));
+  return out;
+}
+
+family<counter>& registry::add_counter(std::string name, std::string help,
+                                       std::vector<std::string> labels) {
+  return add<counter>(std::move(name), std::move(help), std::move(labels));
+}
+
+family<gauge>& registry::add_gauge(std::string name, std::string help,
+                                   std::vector<std::string> labels) {
+  return add<gauge>(std::move(name), std::move(help), std::move(labels));
+}
+
+family<histogram>& registry::add_histogram(std::string name, std::string help,
+                                           std::span<const double> bounds,
+                                           std::vector<std::string> labels) {
+  return add<histogram>(std::move(name), std::move(help), std::move(labels),
+                        bounds);
+}
+
+snapshot registry::read() const {
+  std::lock_guard guard{mtx_};
+  snapshot out;
+  out.reserve(families_.size());
+  for (auto& f : families_)
+    out.push_back(f->read());
+  return out;
+}
+
+} // namespace perdure::telemetry
