@@ -34,6 +34,7 @@ struct options {
   int incarnation = 0;
   int processes = 1;
   int in_flight = 256;
+  int rounds = 0;
   double baseline_rows_per_s = 0;
   std::string self; // argv[0], for the recovery child
 };
@@ -54,6 +55,7 @@ inline options parse(int argc, char** argv) {
     else if (k == "--incarnation") o.incarnation = std::stoi(v);
     else if (k == "--processes") o.processes = std::stoi(v);
     else if (k == "--in-flight") o.in_flight = std::stoi(v);
+    else if (k == "--rounds") o.rounds = std::stoi(v);
     else if (k == "--baseline-rows-per-s") o.baseline_rows_per_s = std::stod(v);
     else throw std::runtime_error("unknown option " + k);
   }
@@ -94,6 +96,7 @@ inline config runtime_config(const test::database& db) {
   if (auto v = std::getenv("BENCH_STEP_THREADS")) c.step_threads = std::stoul(v);
   if (auto v = std::getenv("BENCH_CAF_THREADS")) c.scheduler_threads = std::stoul(v);
   if (auto v = std::getenv("BENCH_WRITERS")) c.journal_connections = std::stoul(v);
+  if (auto v = std::getenv("BENCH_METRICS")) c.metrics = std::string{v} != "0";
   return c;
 }
 

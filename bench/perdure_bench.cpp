@@ -44,6 +44,9 @@
 #include "support/test_support.hpp"
 #include "bench_support.hpp"
 #include "operators_bench.hpp"
+#ifdef PERDURE_BENCH_OBSERVABILITY
+#include "observability_bench.hpp"
+#endif
 #include "queue_scenarios.hpp"
 
 using namespace perdure;
@@ -993,6 +996,10 @@ int main(int argc, char** argv) {
       resume_by_filter(o);
     } else if (o.scenario == "operators") {
       operators(o);
+#ifdef PERDURE_BENCH_OBSERVABILITY
+    } else if (o.scenario == "observability_overhead") {
+      observability_overhead(o);
+#endif
     } else if (o.scenario == "fork") {
       fork_run(o);
     } else if (o.scenario == "takeover") {

@@ -109,6 +109,17 @@ struct config {
   /// so (`perdure migrate` brings it up).
   bool migrate_schema = true;
 
+  /// Whether this runtime records its `perdure_*` metrics (an atomic add
+  /// or two per step, run end and commit: see `client::metrics()`). Off,
+  /// only the gauges sampled at a scrape and rare events (recoveries,
+  /// takeovers, lease losses, fenced writes) are kept.
+  bool metrics = true;
+  /// How often the store-wide gauges (`perdure_store_*`: runs by status and
+  /// version, queue depth, the oldest unended run) are computed, by one
+  /// process at a time (whichever comes first); every process serves the
+  /// latest.
+  std::chrono::milliseconds store_gauges_interval{15'000};
+
   /// Where `perdure::admin::endpoint` listens (`host:port`; port 0: any
   /// free one), e.g. `127.0.0.1:9464`; empty: the endpoint stays off.
   std::string admin_listen;

@@ -381,6 +381,18 @@ public:
     return {*core_, std::move(op)};
   }
 
+  /// The application's logger (`config::logger`) for this run's code:
+  /// silent while the run replays what its journal recorded (a recovered
+  /// run does not repeat the lines of code its journal replays; code past
+  /// its last recorded operation runs again, and logs again), each line
+  /// tagged `[run=... workflow=... step=... attempt=... executor=...
+  /// version=...]`. In a step's body it names that step and its attempt
+  /// (the run's attempt, its owner epoch, outside one).
+  ///   ctx.log().info("charging {} cents", amount);
+  run_logger log() {
+    return core_->logger();
+  }
+
   /// Returns whether the next durable operation replays an entry other
   /// than a step named `name`: a marker added to the code since that
   /// journal was written is left out then, so the journal still replays.

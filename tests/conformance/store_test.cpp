@@ -27,7 +27,7 @@ TEST_F(store_test, reports_its_dialect) {
 TEST_F(store_test, migrations_are_versioned_and_idempotent) {
   // PostgreSQL skips 4 (SQLite's notices table; it has NOTIFY), SQLite 6
   // (PostgreSQL's lease epoch sequence; one runtime per file needs none).
-  auto latest = 14;
+  auto latest = 15;
   EXPECT_EQ(store_->schema_version(), latest);
   store_->migrate();
   auto other = open_store(db_.store_options());
@@ -294,6 +294,47 @@ TEST_F(store_test, cancelling_a_child_marks_its_passivated_parent) {
   ASSERT_TRUE(store_->set_wake_at(owner, "parent", 9000));
   EXPECT_TRUE(store_->cancel_run("parent.0", 4000).empty());
   EXPECT_EQ(store_->get_run("parent")->wake_at_ms, 9000);
+}
+
+// Store-wide gauges: computed by whoever comes first once the interval
+// passed (one process at a time), read by everyone meanwhile.
+TEST_F(store_test, store_gauges_are_computed_once_an_interval) {
+  auto a = make_run("g1");
+  a.app_version = "v1";
+  ASSERT_TRUE(store_->create_run(a).created);
+  auto b = make_run("g2");
+  b.app_version = "v1";
+  b.created_at_ms = 500;
+  ASSERT_TRUE(store_->create_run(b).created);
+  auto done = make_run("g3");
+  done.status = run_status::success;
+  ASSERT_TRUE(store_->create_run(done).created);
+  auto first = store_->refresh_store_gauges(100'000, 15'000, "exec-a");
+  EXPECT_EQ(first.computed_by, "exec-a");
+  EXPECT_EQ(first.computed_at_ms, 100'000);
+  std::map<std::string, std::int64_t> seen;
+  for (auto& g : first.readings)
+    seen[g.gauge + "|" + g.label_a + "|" + g.label_b] = g.value;
+  EXPECT_EQ(seen, (std::map<std::string, std::int64_t>{
+                    {"runs|PENDING|v1", 2},
+                    {"runs|SUCCESS|", 1},
+                    {"oldest_pending_ms||", 500},
+                    {"passivated||", 0}}));
+  // Within the interval another process reads what the first computed.
+  ASSERT_TRUE(store_->create_run(make_run("g4")).created);
+  auto other = open_store(db_.store_options());
+  auto second = other->refresh_store_gauges(110'000, 15'000, "exec-b");
+  EXPECT_EQ(second.computed_by, "exec-a");
+  EXPECT_EQ(second.readings.size(), first.readings.size());
+  // Past it, the next caller computes them again. (A run created at 1000
+  // and PENDING, not asleep: the oldest waiting.)
+  auto third = other->refresh_store_gauges(115'001, 15'000, "exec-b");
+  EXPECT_EQ(third.computed_by, "exec-b");
+  std::int64_t pending = 0;
+  for (auto& g : third.readings)
+    if (g.gauge == "runs" && g.label_a == "PENDING")
+      pending += g.value;
+  EXPECT_EQ(pending, 3);
 }
 
 // An operator's bulk cancel: many runs in one transaction, their trees as

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <unistd.h>
 
@@ -54,6 +55,7 @@ protected:
   std::unique_ptr<runtime> make(const std::string& executor = "metrics-rt") {
     auto cfg = db_.runtime_config(executor);
     cfg.admin_listen = "127.0.0.1:0";
+    cfg.store_gauges_interval = 50ms;
     auto rt = std::make_unique<runtime>(cfg);
     rt->register_workflow("order", [this](workflow_context& ctx,
                                           int n) -> task<int> {
@@ -130,6 +132,18 @@ TEST_F(metrics_test, a_known_workload_reads_exactly) {
   EXPECT_GE(value_of(snap, "perdure_lease_age_seconds"), 0);
   EXPECT_LT(value_of(snap, "perdure_lease_age_seconds"), 5);
   EXPECT_EQ(value_of(snap, "perdure_runs_in_memory"), 0);
+  // The store-wide gauges, computed within an interval (50 ms here).
+  for (int i = 0; i < 200; ++i) {
+    snap = rt->metrics();
+    if (value_of(snap, "perdure_store_runs", {"DEAD_LETTER", ""}) == 1)
+      break;
+    std::this_thread::sleep_for(25ms);
+  }
+  EXPECT_EQ(value_of(snap, "perdure_store_runs", {"ERROR", ""}), 1);
+  EXPECT_EQ(value_of(snap, "perdure_store_runs", {"DEAD_LETTER", ""}), 1);
+  EXPECT_EQ(value_of(snap, "perdure_store_runs", {"SUCCESS", ""}), 9)
+    << "6 orders and 3 object calls";
+  EXPECT_GE(value_of(snap, "perdure_store_gauges_age_seconds"), 0);
 }
 
 TEST_F(metrics_test, a_restart_counts_its_recoveries_and_no_replayed_step) {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "perdure/run_logger.hpp"
 #include "perdure/persistence/codec.hpp"
 #include "perdure/persistence/records.hpp"
 #include "perdure/retry_policy.hpp"
@@ -130,6 +131,12 @@ public:
 
   /// Returns the runtime clock's time, in ms since the epoch.
   virtual std::int64_t now_ms() const = 0;
+
+  /// What `ctx.log()` writes through: the application's logger with this
+  /// run's tags, or a silent one while the code replays its journal.
+  virtual run_logger logger() {
+    return {nullptr, {}};
+  }
 
   /// The code passed a saga phase entry (live or on replay): the phase
   /// decides how a cancellation is taken from here on.

@@ -54,7 +54,11 @@ perdure::client& context::client(bool migrate) {
   try {
     client_ = std::make_unique<perdure::client>(std::move(cfg));
   } catch (const perdure::error& ex) {
-    if (ex.code() == errc::invalid_argument) // its schema: says what to do
+    // Its schema (older than this CLI, or none): the message says what to
+    // do.
+    if (ex.code() == errc::invalid_argument
+        && std::string_view{ex.what()}.find("perdure migrate")
+             != std::string_view::npos)
       throw cli_error(exit_code::failed,
                       std::string{"cannot use the store: "} + ex.what());
     throw cli_error(exit_code::unavailable,

@@ -80,4 +80,98 @@ std::vector<queue_info> sql_store::list_queues() {
   return out;
 }
 
+store_gauges sql_store::refresh_store_gauges(std::int64_t now_ms,
+                                             std::int64_t interval_ms,
+                                             const std::string& by) {
+  // Claimed in a short transaction of its own: whoever's UPDATE comes
+  // first after the interval computes; the others find nothing due. The
+  // scans then run in a read transaction (no write lock held on SQLite,
+  // no row lock on PostgreSQL), and the rows are swapped in a short write.
+  static const sql_query claim{
+    "store_gauges_claim",
+    "UPDATE {s}store_gauges_refresh SET computed_at = $1, computed_by = $2 "
+    "WHERE id = 1 AND computed_at <= $3 RETURNING id"};
+  static const sql_query runs{
+    "store_gauges_runs",
+    "SELECT status, app_version, COUNT(*) FROM {s}runs GROUP BY status, "
+    "app_version"};
+  static const sql_query queues{
+    "store_gauges_queues",
+    "SELECT queue_name, CASE status WHEN 'PENDING' THEN 'running' ELSE "
+    "'queued' END, COUNT(*) FROM {s}runs WHERE queue_name IS NOT NULL AND "
+    "queue_name <> '' AND status IN ('ENQUEUED', 'PENDING') GROUP BY "
+    "queue_name, status"};
+  // Waiting to run: queued, or PENDING and not asleep out of memory (a run
+  // sleeping for days is not late).
+  static const sql_query oldest{
+    "store_gauges_oldest",
+    "SELECT COUNT(*), COALESCE(MIN(created_at), 0) FROM {s}runs WHERE "
+    "status = 'ENQUEUED' OR (status = 'PENDING' AND wake_at IS NULL)"};
+  static const sql_query passivated{
+    "store_gauges_passivated",
+    "SELECT COUNT(*) FROM {s}runs WHERE status = 'PENDING' AND wake_at IS "
+    "NOT NULL"};
+  static const sql_query clear{"store_gauges_clear",
+                               "DELETE FROM {s}store_gauges"};
+  static const sql_query insert{
+    "store_gauges_insert",
+    "INSERT INTO {s}store_gauges (gauge, label_a, label_b, value) VALUES "
+    "($1, $2, $3, $4)"};
+  static const sql_query when{
+    "store_gauges_when",
+    "SELECT computed_at, computed_by FROM {s}store_gauges_refresh WHERE id "
+    "= 1"};
+  static const sql_query all{
+    "store_gauges_all",
+    "SELECT gauge, label_a, label_b, value FROM {s}store_gauges ORDER BY "
+    "gauge, label_a, label_b"};
+  bool due = false;
+  write([&](sql_tx& tx) {
+    due = tx.first(claim,
+                   {now_ms, std::string_view{by}, now_ms - interval_ms},
+                   [](const sql_row&) { return true; })
+            .has_value();
+  });
+  if (due) {
+    std::vector<store_gauge> computed;
+    read([&](sql_tx& tx) {
+      computed.clear();
+      tx.run(runs, {}, [&](const sql_row& r) {
+        computed.push_back({"runs", r.text(0), r.text(1), r.int64(2)});
+      });
+      tx.run(queues, {}, [&](const sql_row& r) {
+        computed.push_back({"queue_depth", r.text(0), r.text(1), r.int64(2)});
+      });
+      tx.first(oldest, {}, [&](const sql_row& r) {
+        if (r.int64(0) > 0)
+          computed.push_back({"oldest_pending_ms", "", "", r.int64(1)});
+        return true;
+      });
+      tx.first(passivated, {}, [&](const sql_row& r) {
+        computed.push_back({"passivated", "", "", r.int64(0)});
+        return true;
+      });
+    });
+    write([&](sql_tx& tx) {
+      tx.run(clear, {});
+      for (auto& g : computed)
+        tx.run(insert, {std::string_view{g.gauge}, std::string_view{g.label_a},
+                        std::string_view{g.label_b}, g.value});
+    });
+  }
+  store_gauges out;
+  read([&](sql_tx& tx) {
+    out = {};
+    tx.first(when, {}, [&](const sql_row& r) {
+      out.computed_at_ms = r.int64(0);
+      out.computed_by = r.text(1);
+      return true;
+    });
+    tx.run(all, {}, [&](const sql_row& r) {
+      out.readings.push_back({r.text(0), r.text(1), r.text(2), r.int64(3)});
+    });
+  });
+  return out;
+}
+
 } // namespace perdure::persistence

@@ -56,6 +56,9 @@ public:
   void note_version(std::string_view version, std::int64_t at_ms) override;
   std::vector<version_report> versions() override;
   std::vector<executor_info> list_executors() override;
+  store_gauges refresh_store_gauges(std::int64_t now_ms,
+                                    std::int64_t interval_ms,
+                                    const std::string& by) override;
   std::vector<queue_info> list_queues() override;
   std::int64_t move_runs(std::string_view from, std::string_view to,
                          std::int64_t at_ms, std::string_view reason) override;

@@ -129,6 +129,14 @@ public:
 
   family_reading read() const override;
 
+  /// Calls `f(metric)` for every series (to reset gauges, say).
+  template <class F>
+  void each(F&& f) {
+    std::lock_guard guard{mtx_};
+    for (auto& [values, metric] : series_)
+      f(*metric);
+  }
+
 private:
   std::unique_ptr<Metric> make() const {
     if constexpr (std::is_same_v<Metric, histogram>)

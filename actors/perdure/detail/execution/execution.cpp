@@ -122,12 +122,16 @@ void execution::init(execution_host& host, mailbox box, runtime_services& r,
     item_ = std::make_unique<queue_item>(
       queue_item{std::move(run.queue_name), run.attempts});
   }
-  series_ = &rt->metrics.of(run.name, run.object_type);
-  created_at_ms_ = run.created_at_ms;
-  // Started from its beginning here: not a run recovered or taken over,
-  // nor a queue item's later attempt (its journal holds the failure).
-  if (journal.empty() && run.recovery_attempts == 0)
-    series_->started.add();
+  log_name_ = run.object_type.empty() ? run.name
+                                      : run.object_type + "/" + run.name;
+  if (rt->cfg.metrics) {
+    series_ = &rt->metrics.of(run.name, run.object_type);
+    created_at_ms_ = run.created_at_ms;
+    // Started from its beginning here: not a run recovered or taken over,
+    // nor a queue item's later attempt (its journal holds the failure).
+    if (journal.empty() && run.recovery_attempts == 0)
+      series_->started.add();
+  }
   pending_start = std::make_unique<start_info>(
     start_info{std::move(run.name), std::move(run.inputs)});
   encoding_ = rt->cfg.payload_encoding;

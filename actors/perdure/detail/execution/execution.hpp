@@ -118,6 +118,8 @@ struct step_job {
   persistence::fence fence;
   persistence::journal_entry proto;
   runtime_services* rt = nullptr;
+  /// Which attempt of the step this is (1 the first).
+  std::int32_t attempt = 1;
 };
 
 /// One execution of a workflow run. Every member runs on the host's turn,
@@ -159,6 +161,7 @@ public:
   void perform(operation next, std::coroutine_handle<> h) override;
 
   std::int64_t now_ms() const override;
+  run_logger logger() override;
 
   void phase_entered(const std::string& phase) override;
   bool declares_patch(const std::string& name) const override;
@@ -208,6 +211,8 @@ private:
   /// created (wall clock, ms: run durations).
   workflow_series* series_ = nullptr;
   std::int64_t created_at_ms_ = 0;
+  /// Its workflow (or `type/handler`), for the lines of `ctx.log()`.
+  std::string log_name_;
   /// Records its end in the metrics.
   void count_end(run_status status);
   bool requeued_ = false;

@@ -126,7 +126,8 @@ bool execution::may_block() const {
 
 void execution::block(const std::string& why) {
   blocked_ = true;
-  series_->blocked.add();
+  if (series_)
+    series_->blocked.add();
   auto version = rt->cfg.app_version.empty() ? std::string{"(no app_version)"}
                                              : rt->cfg.app_version;
   auto text = why + "; met by executor '" + rt->cfg.executor_id
@@ -204,9 +205,9 @@ void execution::count_end(run_status status) {
                    std::max<std::int64_t>(0, detail::now_ms() - created_at_ms_))
                  / 1000.0;
   if (series_->object_type.empty())
-    rt->metrics.run_ended(series_->name, status, seconds);
+    rt->metrics.run_ended(*series_, status, seconds);
   else
-    rt->metrics.object_call_ended(series_->object_type, status, seconds);
+    rt->metrics.object_call_ended(*series_, status, seconds);
   if (status == run_status::dead_letter && item_)
     rt->metrics.dead_lettered(item_->queue);
 }

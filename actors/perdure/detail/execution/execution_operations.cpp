@@ -22,6 +22,10 @@
 
 namespace perdure::detail {
 
+/// The transactional step whose body runs on this thread (read by
+/// `execution::logger`, execution_steps.cpp).
+thread_local const persistence::journal_entry* running_transaction = nullptr;
+
 namespace {
 
 /// A checkpoint with a write of its own (a transactional step, an event, a
@@ -53,6 +57,14 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
                                checkpoint.payload);
       return db.run_transaction(fence, checkpoint, [&](sql_session& s) {
         body_ran = true;
+        struct in_body { // for ctx.log() in the body (execution::logger)
+          explicit in_body(const persistence::journal_entry& e)
+            : outer(running_transaction) {
+            running_transaction = &e;
+          }
+          ~in_body() { running_transaction = outer; }
+          const persistence::journal_entry* outer;
+        } body_scope{checkpoint};
         return body(s);
       });
     });
@@ -127,7 +139,7 @@ void execution::dispatch_step(std::int32_t seq) {
   // itself, the step thread goes on (see `run_steps`).
   auto last_attempt = attempt >= op->policy.max_attempts;
   step_job job{mailbox_, this,    seq,            last_attempt,
-               op->body, owner(), entry_for(seq), rt};
+               op->body, owner(), entry_for(seq), rt, attempt};
   if (inline_next_ && !steps_->has_queued_jobs()) {
     // On the step thread that ran the last one, which goes on with it,
     // unless other runs' steps wait for a thread (they go first: FIFO).

@@ -83,6 +83,39 @@ void checkpoint(persistence::journal_writer& writer, const mailbox& me,
                 on_step_thread);
 }
 
+namespace {
+
+/// The step whose body runs on this thread (for `ctx.log()` called in it).
+thread_local const step_job* running_step = nullptr;
+
+} // namespace
+
+// The transactional step whose body runs on this thread (see
+// write_checkpoint, execution_operations.cpp).
+extern thread_local const persistence::journal_entry* running_transaction;
+
+run_logger execution::logger() {
+  std::string tags = "run=" + run_id_ + " workflow=" + log_name_;
+  if (auto* j = running_step; j && j->exec == this) {
+    // In a step's body: live by definition (bodies never replay).
+    tags += " step=" + std::to_string(j->seq) + " (" + j->proto.name
+            + ") attempt=" + std::to_string(j->attempt);
+  } else if (auto* t = running_transaction; t && t->run_id == run_id_) {
+    // In a transaction's body, on a step thread: live, and the journal
+    // is the actor's to read, not this thread's.
+    tags += " step=" + std::to_string(t->seq) + " (" + t->name + ")";
+  } else {
+    if (find_recorded(peek_seq()) != nullptr)
+      return {nullptr, {}}; // replaying
+    tags += " step=" + std::to_string(peek_seq())
+            + " attempt=" + std::to_string(epoch);
+  }
+  tags += " executor=" + rt->cfg.executor_id;
+  if (!rt->cfg.app_version.empty())
+    tags += " version=" + rt->cfg.app_version;
+  return {&rt->log(), std::move(tags)};
+}
+
 void execution::run_steps(step_job j) {
   for (;;) {
     // Right before the body: a process that lost the run to another one,
@@ -104,6 +137,13 @@ void execution::run_steps(step_job j) {
       if (auto& hooks = j.rt->cfg.testing; hooks && hooks->step_starting)
         hooks->step_starting(j.proto.run_id, j.seq);
       auto began = std::chrono::steady_clock::now();
+      struct in_body {
+        explicit in_body(const step_job& j) : outer(running_step) {
+          running_step = &j;
+        }
+        ~in_body() { running_step = outer; }
+        const step_job* outer;
+      } body_scope{j};
       out = j.body(); // catches what the user's code throws
       if (auto* series = j.exec->series_) {
         series->step_seconds.observe(

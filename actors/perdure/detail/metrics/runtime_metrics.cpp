@@ -1,5 +1,8 @@
 #include "perdure/detail/metrics/runtime_metrics.hpp"
 
+#include <algorithm>
+#include <unordered_set>
+
 namespace perdure::detail {
 
 namespace {
@@ -72,6 +75,12 @@ runtime_metrics::runtime_metrics()
                    .add_gauge("perdure_timers_armed",
                               "Durable timers armed in this process.")
                    .with()),
+    store_gauges_age(registry
+                       .add_gauge("perdure_store_gauges_age_seconds",
+                                  "Since the perdure_store_* gauges were "
+                                  "computed (by any process; -1: not yet "
+                                  "read here).")
+                       .with()),
     started_(registry.add_counter(
       "perdure_runs_started_total",
       "Runs (and object calls) this process started from their beginning.",
@@ -118,7 +127,28 @@ runtime_metrics::runtime_metrics()
       latency_buckets(), {"queue"})),
     dead_letters_(registry.add_counter("perdure_dead_letters_total",
                                        "Queue items dead-lettered here.",
-                                       {"queue"})) {
+                                       {"queue"})),
+    store_runs_(registry.add_gauge(
+      "perdure_store_runs",
+      "Runs in the store by status and app version (store-wide: the same "
+      "in every process; aggregate with max).",
+      {"status", "version"})),
+    store_queue_depth_(registry.add_gauge(
+      "perdure_store_queue_depth",
+      "Queue items not ended, by queue and state: queued (ready or "
+      "delayed) or running (store-wide).",
+      {"queue", "state"})),
+    store_oldest_pending_(
+      registry
+        .add_gauge("perdure_store_oldest_pending_age_seconds",
+                   "Age of the oldest run or queue item not ended "
+                   "(store-wide; 0: none).")
+        .with()),
+    store_passivated_(registry
+                        .add_gauge("perdure_store_runs_passivated",
+                                   "Runs waiting out of memory, in the "
+                                   "store (store-wide).")
+                        .with()) {
   auto& retries = registry.add_counter(
     "perdure_store_retries_total",
     "Store operations tried again after a transient failure, by kind: "
@@ -155,24 +185,60 @@ workflow_series& runtime_metrics::of(const std::string& workflow,
   std::lock_guard guard{mtx_};
   auto& s = series_[label];
   if (!s)
-    s = std::make_unique<workflow_series>(workflow_series{
+    // Not make_unique: an aggregate with atomics (clang 14 has no
+    // parenthesised aggregate initialisation).
+    s.reset(new workflow_series{
       label, object_type, started_.with({label}), steps_.with({label, "ok"}),
       steps_.with({label, "failed"}), step_retries_.with({label}),
       blocked_.with({label}), step_seconds_.with({label})});
   return *s;
 }
 
-void runtime_metrics::run_ended(const std::string& workflow,
-                                run_status status, double seconds) {
-  std::string name{to_string(status)};
-  ended_.with({workflow, name}).add();
-  run_seconds_.with({workflow, name}).observe(seconds);
+namespace {
+
+/// `slot`'s series, looked up in `f` by `labels` the first time.
+template <class Metric, class Labels>
+Metric& cached(std::atomic<Metric*>& slot, telemetry::family<Metric>& f,
+               Labels&& labels) {
+  auto* m = slot.load(std::memory_order_acquire);
+  if (!m) {
+    m = &f.with(labels());
+    slot.store(m, std::memory_order_release);
+  }
+  return *m;
 }
 
-void runtime_metrics::object_call_ended(const std::string& type,
-                                        run_status status, double seconds) {
-  object_calls_.with({type, std::string{to_string(status)}}).add();
-  object_seconds_.with({type}).observe(seconds);
+} // namespace
+
+void runtime_metrics::run_ended(workflow_series& s, run_status status,
+                                double seconds) {
+  auto i = static_cast<std::size_t>(status);
+  auto labels = [&] {
+    return std::vector<std::string>{s.name, std::string{to_string(status)}};
+  };
+  if (i >= workflow_series::statuses) {
+    ended_.with(labels()).add();
+    run_seconds_.with(labels()).observe(seconds);
+    return;
+  }
+  cached(s.ended[i], ended_, labels).add();
+  cached(s.seconds[i], run_seconds_, labels).observe(seconds);
+}
+
+void runtime_metrics::object_call_ended(workflow_series& s, run_status status,
+                                        double seconds) {
+  auto i = static_cast<std::size_t>(status);
+  auto labels = [&] {
+    return std::vector<std::string>{s.object_type,
+                                    std::string{to_string(status)}};
+  };
+  auto by_type = [&] { return std::vector<std::string>{s.object_type}; };
+  if (i >= workflow_series::statuses)
+    object_calls_.with(labels()).add();
+  else
+    cached(s.ended[i], object_calls_, labels).add();
+  // One histogram per type: every status's slot holds it.
+  cached(s.seconds[0], object_seconds_, by_type).observe(seconds);
 }
 
 void runtime_metrics::queue_started(const std::string& queue,
@@ -183,6 +249,40 @@ void runtime_metrics::queue_started(const std::string& queue,
 
 void runtime_metrics::dead_lettered(const std::string& queue) {
   dead_letters_.with({queue}).add();
+}
+
+void runtime_metrics::store_gauges(const persistence::store_gauges& g,
+                                   std::int64_t now_ms) {
+  // The new values first, then 0 for a status or queue no longer in the
+  // store: a scrape in between never sees every gauge at 0.
+  std::unordered_set<const telemetry::gauge*> present;
+  double oldest = 0, passivated = 0;
+  for (auto& r : g.readings) {
+    auto v = static_cast<double>(r.value);
+    telemetry::gauge* x = nullptr;
+    if (r.gauge == "runs")
+      x = &store_runs_.with({r.label_a, r.label_b});
+    else if (r.gauge == "queue_depth")
+      x = &store_queue_depth_.with({r.label_a, r.label_b});
+    else if (r.gauge == "oldest_pending_ms")
+      oldest = static_cast<double>(std::max<std::int64_t>(0, now_ms - r.value))
+               / 1000.0;
+    else if (r.gauge == "passivated")
+      passivated = v;
+    if (x) {
+      x->set(v);
+      present.insert(x);
+    }
+  }
+  auto zero_absent = [&](telemetry::gauge& x) {
+    if (present.count(&x) == 0)
+      x.set(0);
+  };
+  store_runs_.each(zero_absent);
+  store_queue_depth_.each(zero_absent);
+  store_oldest_pending_.set(oldest);
+  store_passivated_.set(passivated);
+  store_gauges_at_ms = g.computed_at_ms;
 }
 
 } // namespace perdure::detail

@@ -5,11 +5,14 @@
 // looked up once (a run looks up its workflow's series at start), so
 // recording is an atomic add; the scrape reads the registry.
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include "perdure/persistence/operator_store.hpp"
 #include "perdure/persistence/store_metrics.hpp"
 #include "perdure/run_status.hpp"
 #include "perdure/telemetry/metrics.hpp"
@@ -29,6 +32,11 @@ struct workflow_series {
   telemetry::counter& step_retries;
   telemetry::counter& blocked;
   telemetry::histogram& step_seconds;
+  /// The end's series by final status, looked up at the first end of
+  /// each (a race only looks one up twice).
+  static constexpr std::size_t statuses = 16;
+  std::array<std::atomic<telemetry::counter*>, statuses> ended{};
+  std::array<std::atomic<telemetry::histogram*>, statuses> seconds{};
 };
 
 class runtime_metrics {
@@ -43,20 +51,22 @@ public:
   workflow_series& of(const std::string& workflow,
                       const std::string& object_type = {});
 
-  /// A run of `workflow` ended with `status` after `seconds` since it was
-  /// created.
-  void run_ended(const std::string& workflow, run_status status,
-                 double seconds);
+  /// A run of `s`'s workflow ended with `status` after `seconds` since it
+  /// was created.
+  void run_ended(workflow_series& s, run_status status, double seconds);
 
-  /// An object call of `type` ended with `status` after `seconds` since it
-  /// was made.
-  void object_call_ended(const std::string& type, run_status status,
+  /// A call of `s`'s object handler ended with `status` after `seconds`
+  /// since it was made.
+  void object_call_ended(workflow_series& s, run_status status,
                          double seconds);
 
   /// A queue item of `queue` started after waiting `seconds` (since it was
   /// enqueued or became due, whichever is later).
   void queue_started(const std::string& queue, double seconds);
   void dead_lettered(const std::string& queue);
+
+  /// The store-wide gauges as last computed (by any process), at `now_ms`.
+  void store_gauges(const persistence::store_gauges& g, std::int64_t now_ms);
 
   /// The counters the store's retry loop and the journal writer record on.
   const persistence::store_metrics& store() const noexcept { return store_; }
@@ -77,6 +87,9 @@ public:
   telemetry::gauge& lease_age;
   telemetry::gauge& runs_stranded;
   telemetry::gauge& timers_armed;
+  /// When the store-wide gauges were computed (ms; 0: never here).
+  std::atomic<std::int64_t> store_gauges_at_ms{0};
+  telemetry::gauge& store_gauges_age;
 
 private:
   telemetry::family<telemetry::counter>& started_;
@@ -91,6 +104,10 @@ private:
   telemetry::family<telemetry::counter>& queue_starts_;
   telemetry::family<telemetry::histogram>& queue_wait_;
   telemetry::family<telemetry::counter>& dead_letters_;
+  telemetry::family<telemetry::gauge>& store_runs_;
+  telemetry::family<telemetry::gauge>& store_queue_depth_;
+  telemetry::gauge& store_oldest_pending_;
+  telemetry::gauge& store_passivated_;
   persistence::store_metrics store_;
 
   std::mutex mtx_;

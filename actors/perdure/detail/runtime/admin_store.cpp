@@ -10,12 +10,15 @@ void admin_store::check_schema(persistence::store& db,
                                const persistence::store_options& opts) {
   auto latest = persistence::detail::sqlite_migrations().back().version;
   int found = 0;
+  std::string why;
   try {
     found = db.schema_version();
   } catch (const perdure::error& ex) {
     if (ex.code() == errc::store_unavailable)
       throw;
-    found = 0; // no schema_migrations table: no Perdure schema here
+    // Most often no schema_migrations table: no Perdure schema here (or a
+    // role that may not read it: the reason says which).
+    why = std::string{" (reading its version failed: "} + ex.what() + ")";
   }
   // Newer is fine: migrations only add (a rolling deploy's new code
   // migrated while this older code still runs).
@@ -26,7 +29,7 @@ void admin_store::check_schema(persistence::store& db,
                  : "schema '" + opts.schema + "'";
   if (found == 0)
     throw perdure::error(errc::invalid_argument,
-                         "no Perdure schema in " + where
+                         "no Perdure schema in " + where + why
                            + ": start a runtime there once, or run "
                              "`perdure migrate` (migrate_schema is off)");
   throw perdure::error(

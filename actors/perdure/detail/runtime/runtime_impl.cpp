@@ -8,6 +8,7 @@
 
 #include "perdure/detail/execution/run_message.hpp"
 #include "perdure/detail/runtime/ids.hpp"
+#include "perdure/detail/timer/clock.hpp"
 
 namespace perdure::detail {
 
@@ -84,7 +85,7 @@ persistence::store_options runtime_impl::store_options() const {
           .idle_transaction_timeout = client_mode
                                         ? std::chrono::milliseconds{0}
                                         : 2 * cfg.lease_timeout,
-          .metrics = &metrics_.store()};
+          .metrics = cfg.metrics ? &metrics_.store() : nullptr};
 }
 
 void runtime_impl::build_filters() {
@@ -170,7 +171,8 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
     journal.push_back(persistence::open_store(opts));
   writer_ = std::make_unique<persistence::journal_writer>(
     std::move(journal),
-    persistence::journal_writer::options{.metrics = &metrics_.store()});
+    persistence::journal_writer::options{
+      .metrics = cfg.metrics ? &metrics_.store() : nullptr});
   steps_ = std::make_unique<step_executor>(cfg.step_threads, &svc);
   control_ = std::make_unique<step_executor>(
     std::max<std::size_t>(1, cfg.control_threads), &svc);
@@ -183,7 +185,8 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   system_ = std::make_unique<caf::actor_system>(*system_cfg_);
   forget_caf_logger();
   timers_ = std::make_unique<timer_service>(clock_, [this](const timer& t) {
-    metrics_.timer_lateness.observe(
+    if (cfg.metrics)
+      metrics_.timer_lateness.observe(
       static_cast<double>(std::max<std::int64_t>(0, clock_->now_ms() - t.due_ms))
       / 1000.0);
     if (t.seq != deadline_seq) {
@@ -324,6 +327,31 @@ void runtime_impl::housekeeping() {
     post([this] { recovery_.check_stranded(); });
   if (runs_.orphans_due(now))
     post([this] { launcher_.revive_orphans(); });
+  if (cfg.metrics && now >= store_gauges_due_) {
+    // Read every interval (what another process computed, or computed
+    // here if it is due): one query of one row most of the time.
+    store_gauges_due_ = now + cfg.store_gauges_interval;
+    post([this] { refresh_store_gauges(); });
+  }
+}
+
+void runtime_impl::refresh_store_gauges() {
+  // A slow store: the next interval's read waits for this one's end.
+  if (store_gauges_busy_.exchange(true))
+    return;
+  try {
+    auto now = detail::now_ms();
+    auto interval = cfg.store_gauges_interval.count();
+    auto g = stores_->with([&](persistence::store& db) {
+      return db.refresh_store_gauges(now, interval, cfg.executor_id);
+    });
+    metrics_.store_gauges(g, now);
+  } catch (const std::exception& ex) {
+    log().debug("perdure: the store-wide gauges could not be read ({}); "
+                "tried again in {} ms",
+                ex.what(), cfg.store_gauges_interval.count());
+  }
+  store_gauges_busy_ = false;
 }
 
 telemetry::snapshot runtime_impl::metrics() {
@@ -342,6 +370,9 @@ telemetry::snapshot runtime_impl::metrics() {
       metrics_.timers_armed.set(static_cast<double>(timers_->size()));
     metrics_.lease_age.set(lease_.age_seconds());
     metrics_.runs_stranded.set(static_cast<double>(recovery_.stranded_runs()));
+    auto at = metrics_.store_gauges_at_ms.load();
+    metrics_.store_gauges_age.set(
+      at == 0 ? -1.0 : static_cast<double>(detail::now_ms() - at) / 1000.0);
   } catch (const perdure::error&) {
     for (auto* g : {&metrics_.runs_in_memory, &metrics_.keys_in_memory,
                     &metrics_.step_threads_busy, &metrics_.step_backlog,

@@ -9,6 +9,8 @@
 
 #include <spdlog/logger.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -130,6 +132,9 @@ private:
   /// Every 100 ms: revives orphaned runs, retries failed deadline
   /// cancellations, looks for stranded work now and then, logs summaries.
   void housekeeping();
+  /// Reads the store-wide gauges, computing them first if due (see
+  /// `store::refresh_store_gauges`); on the control executor.
+  void refresh_store_gauges();
   /// Logs a phase of start or stop by name (a hang says where it is).
   void phase(const char* name);
 
@@ -158,6 +163,10 @@ private:
   std::unique_ptr<timer_service> timers_;
   std::unique_ptr<run_deadlines> deadlines_;
   std::unique_ptr<ticker> housekeeper_;
+  /// When the store-wide gauges are next read (housekeeping's thread),
+  /// and whether a read is under way.
+  std::chrono::steady_clock::time_point store_gauges_due_{};
+  std::atomic<bool> store_gauges_busy_{false};
 };
 
 } // namespace perdure::detail

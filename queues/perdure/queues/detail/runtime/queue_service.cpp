@@ -116,10 +116,13 @@ void queue_service::start_claimed(queue_entry& q) {
       q.in_memory.insert(item->run.id); // its worker, taken now
     }
     auto id = item->run.id;
-    auto due = std::max(item->run.created_at_ms,
-                        item->run.not_before_ms.value_or(0));
-    rt_.metrics.queue_started(
-      q.name, static_cast<double>(perdure::detail::now_ms() - due) / 1000.0);
+    if (rt_.cfg.metrics) {
+      auto due = std::max(item->run.created_at_ms,
+                          item->run.not_before_ms.value_or(0));
+      rt_.metrics.queue_started(
+        q.name,
+        static_cast<double>(perdure::detail::now_ms() - due) / 1000.0);
+    }
     // Spawned outside the lock: spawning calls `holding`.
     if (!rt_.launcher->spawn_run(std::move(item->run), std::move(item->journal))) {
       {

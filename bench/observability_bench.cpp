@@ -1,0 +1,126 @@
+// The observability_overhead scenario: what recording metrics costs.
+//   steps_per_s_on/off   --workflows runs of --steps steps started at once,
+//                        best of --rounds rounds each, on and off
+//                        alternating (config::metrics)
+//   p50_ratio_on_off     a lone run's step latency (p50), on over off
+//   scrape_ms            a /metrics scrape (HTTP, the admin endpoint) of a
+//                        runtime that ran 1 000 workflow names, median
+
+#include "observability_bench.hpp"
+
+#include <httplib.h>
+
+#include <algorithm>
+
+#include "perdure/admin/endpoint.hpp"
+#include "perdure/perdure.hpp"
+#include "support/test_support.hpp"
+
+namespace perdure::bench {
+
+namespace {
+
+task<int> steps_of(workflow_context& ctx, int steps) {
+  int sum = 0;
+  for (int i = 0; i < steps; ++i)
+    sum += co_await ctx.step("s" + std::to_string(i), [i] { return i; });
+  co_return sum;
+}
+
+/// Steps per second of `workflows` runs started at once.
+double throughput(const options& o, bool metrics) {
+  auto db = database_for(o);
+  auto cfg = runtime_config(db);
+  cfg.metrics = metrics;
+  runtime rt{cfg};
+  rt.register_workflow("trivial", steps_of);
+  rt.start();
+  auto t0 = bench_clock::now();
+  std::vector<workflow_handle<int>> handles;
+  handles.reserve(static_cast<size_t>(o.workflows));
+  for (int w = 0; w < o.workflows; ++w)
+    handles.push_back(rt.start_workflow<int>("trivial", o.steps));
+  for (auto& h : handles)
+    h.get(std::chrono::seconds{300});
+  return static_cast<double>(o.workflows) * o.steps / seconds_since(t0);
+}
+
+/// The median time between the steps of one run (µs).
+double latency_p50_us(const options& o, bool metrics) {
+  auto db = database_for(o);
+  auto cfg = runtime_config(db);
+  cfg.metrics = metrics;
+  runtime rt{cfg};
+  std::vector<double> v;
+  rt.register_workflow("timed", [&v](workflow_context& ctx, int steps) -> task<int> {
+    auto last = bench_clock::now();
+    for (int i = 0; i < steps; ++i) {
+      co_await ctx.step("s", [i] { return i; });
+      auto now = bench_clock::now();
+      v.push_back(std::chrono::duration<double, std::micro>(now - last).count());
+      last = now;
+    }
+    co_return steps;
+  });
+  rt.start();
+  rt.start_workflow<int>("timed", 1000).get(std::chrono::seconds{300});
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double scrape_ms(const options& o) {
+  auto db = database_for(o);
+  auto cfg = runtime_config(db);
+  cfg.admin_listen = "127.0.0.1:0";
+  runtime rt{cfg};
+  constexpr int names = 1000;
+  for (int n = 0; n < names; ++n)
+    rt.register_workflow("workflow-" + std::to_string(n), steps_of);
+  rt.start();
+  admin::endpoint ep{rt};
+  std::vector<workflow_handle<int>> handles;
+  for (int n = 0; n < names; ++n)
+    handles.push_back(rt.start_workflow<int>("workflow-" + std::to_string(n), 1));
+  for (auto& h : handles)
+    h.get(std::chrono::seconds{300});
+  httplib::Client http{"127.0.0.1", ep.port()};
+  std::vector<double> v;
+  for (int i = 0; i < 21; ++i) {
+    auto t0 = bench_clock::now();
+    auto res = http.Get("/metrics");
+    if (!res || res->status != 200
+        || res->body.find("workflow-999") == std::string::npos)
+      throw std::runtime_error("the scrape failed");
+    v.push_back(seconds_since(t0) * 1000);
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+} // namespace
+
+void observability_overhead(const options& o) {
+  int rounds = o.rounds > 0 ? o.rounds : 3;
+  double on = 0, off = 0, lat_on = 1e18, lat_off = 1e18;
+  for (int r = 0; r < rounds; ++r) {
+    // Alternating, best of each: the machine's drift hits both sides.
+    off = std::max(off, throughput(o, false));
+    on = std::max(on, throughput(o, true));
+    lat_off = std::min(lat_off, latency_p50_us(o, false));
+    lat_on = std::min(lat_on, latency_p50_us(o, true));
+  }
+  header(o)
+    .add("workflows", o.workflows)
+    .add("steps", o.steps)
+    .add("rounds", rounds)
+    .add("steps_per_s_on", on)
+    .add("steps_per_s_off", off)
+    .add("steps_per_s_ratio_on_off", on / off)
+    .add("p50_us_on", lat_on)
+    .add("p50_us_off", lat_off)
+    .add("p50_ratio_on_off", lat_on / lat_off)
+    .add("scrape_ms", scrape_ms(o))
+    .print();
+}
+
+} // namespace perdure::bench
