@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace perdure::telemetry {
 
@@ -37,29 +39,36 @@ void append_escaped(std::string& out, std::string_view text, bool quote) {
   }
 }
 
-/// `name{a="x",b="y"[,le="..."]} value`
-void append_sample(std::string& out, std::string_view name,
-                   const family_reading& f, const series_reading& s,
-                   const char* le, double value) {
-  out += name;
-  bool any = false;
+/// `a="x",b="y"`: a series' labels, rendered once for all its lines.
+std::string label_text(const family_reading& f, const series_reading& s) {
+  std::string out;
   for (std::size_t i = 0; i < f.label_names.size(); ++i) {
-    out += any ? ',' : '{';
-    any = true;
+    if (i > 0)
+      out += ',';
     out += f.label_names[i];
     out += "=\"";
     append_escaped(out, s.label_values[i], true);
     out += '"';
   }
-  if (le != nullptr) {
-    out += any ? ',' : '{';
-    any = true;
-    out += "le=\"";
-    out += le;
-    out += '"';
-  }
-  if (any)
+  return out;
+}
+
+/// `name{labels[,le="..."]} value`
+void append_sample(std::string& out, std::string_view name,
+                   const std::string& labels, const char* le, double value) {
+  out += name;
+  if (!labels.empty() || le != nullptr) {
+    out += '{';
+    out += labels;
+    if (le != nullptr) {
+      if (!labels.empty())
+        out += ',';
+      out += "le=\"";
+      out += le;
+      out += '"';
+    }
     out += '}';
+  }
   out += ' ';
   append_value(out, value);
   out += '\n';
@@ -89,22 +98,28 @@ void append_prometheus_text(std::string& out, const snapshot& families) {
     out += ' ';
     out += type_name(f.type);
     out += '\n';
+    std::vector<std::string> les; // the bounds as text, once a family
+    if (f.type == metric_type::histogram)
+      for (double b : f.bounds) {
+        les.emplace_back();
+        append_value(les.back(), b);
+      }
+    auto bucket = f.name + "_bucket";
+    auto sum = f.name + "_sum";
+    auto count = f.name + "_count";
     for (auto& s : f.series) {
+      auto labels = label_text(f, s);
       if (f.type != metric_type::histogram) {
-        append_sample(out, f.name, f, s, nullptr, s.value);
+        append_sample(out, f.name, labels, nullptr, s.value);
         continue;
       }
-      auto bucket = f.name + "_bucket";
-      for (std::size_t i = 0; i < f.bounds.size(); ++i) {
-        std::string le;
-        append_value(le, f.bounds[i]);
-        append_sample(out, bucket, f, s, le.c_str(),
+      for (std::size_t i = 0; i < les.size(); ++i)
+        append_sample(out, bucket, labels, les[i].c_str(),
                       static_cast<double>(s.buckets.cumulative[i]));
-      }
-      append_sample(out, bucket, f, s, "+Inf",
+      append_sample(out, bucket, labels, "+Inf",
                     static_cast<double>(s.buckets.count));
-      append_sample(out, f.name + "_sum", f, s, nullptr, s.buckets.sum);
-      append_sample(out, f.name + "_count", f, s, nullptr,
+      append_sample(out, sum, labels, nullptr, s.buckets.sum);
+      append_sample(out, count, labels, nullptr,
                     static_cast<double>(s.buckets.count));
     }
   }
