@@ -26,6 +26,27 @@ using nlohmann::json;
 
 namespace {
 
+// An operator's tool changes no schema (its role may be read-only):
+// without migrate_schema a store with no (or an older) schema is an error
+// that says what to do, and once migrated it opens as it is.
+TEST(schema_check, a_client_that_may_not_migrate_says_to_run_perdure_migrate) {
+  auto db = test::database::fresh();
+  auto cfg = db.runtime_config("reader");
+  cfg.migrate_schema = false;
+  try {
+    client c{cfg};
+    FAIL() << "opened a store without its schema";
+  } catch (const perdure::error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string{e.what()}.find("perdure migrate"), std::string::npos)
+      << e.what();
+  }
+  { client migrating{db.runtime_config("migrator")}; }
+  client c{cfg};
+  auto info = c.store_info();
+  EXPECT_EQ(info.schema_version, info.latest_schema_version);
+}
+
 struct tally {
   std::int64_t total = 0;
   template <class A>
