@@ -47,6 +47,21 @@ install(FILES ${PROJECT_BINARY_DIR}/perdureConfig.cmake
               ${PROJECT_SOURCE_DIR}/cmake/PerdureReplay.cmake
         DESTINATION ${PERDURE_CMAKE_DIR})
 
+# perdure::admin, the endpoint an application constructs, with the static
+# libraries it is made of (the CLI's documents, the console's files).
+if(TARGET perdure_admin)
+  install(TARGETS perdure_admin perdure_console perdure_cli
+          EXPORT perdureAdminTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/admin/perdure/admin/endpoint.hpp
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/perdure/admin)
+  install(EXPORT perdureAdminTargets NAMESPACE perdure::
+          DESTINATION ${PERDURE_CMAKE_DIR})
+  export(EXPORT perdureAdminTargets NAMESPACE perdure::
+         FILE ${PROJECT_BINARY_DIR}/perdureAdminTargets.cmake)
+endif()
+
 # The operator's command-line tool, as `perdure` on the PATH.
 if(TARGET perdure-cli)
   install(TARGETS perdure-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

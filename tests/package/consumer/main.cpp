@@ -1,9 +1,11 @@
-// Runs one durable workflow on an SQLite file through an installed Perdure.
+// Runs one durable workflow on an SQLite file through an installed Perdure,
+// and opens its admin endpoint.
 //   consumer <sqlite file>
 
 #include <iostream>
 #include <string>
 
+#include <perdure/admin/endpoint.hpp>
 #include <perdure/perdure.hpp>
 #include <perdure/sagas/saga.hpp>
 
@@ -27,6 +29,9 @@ int main(int argc, char** argv) {
   auto out = rt.start_workflow<std::string>("greet", std::string{"package"})
                .get(std::chrono::seconds{10});
   auto saga = rt.start_workflow<int>("undo").get(std::chrono::seconds{10});
-  std::cout << out << " (perdure " << perdure::version << ")\n";
-  return out == "hello, package" && saga == 1 ? 0 : 1;
+  // The admin endpoint links from the installed package too.
+  perdure::admin::endpoint admin{rt, {.listen = "127.0.0.1:0"}};
+  std::cout << out << " (perdure " << perdure::version << ", admin on port "
+            << admin.port() << ")\n";
+  return out == "hello, package" && saga == 1 && admin.port() > 0 ? 0 : 1;
 }
