@@ -22,6 +22,7 @@
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/runtime/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
+#include "perdure/detail/tracing/run_trace.hpp"
 #include "perdure/persistence/detail/migrations.hpp"
 #include "perdure/persistence/notice.hpp"
 #include "perdure/persistence/text.hpp"
@@ -187,6 +188,7 @@ std::string client::start_run(std::string_view name, std::string inputs,
   run.owner = {impl_->cfg.executor_id, 1};
   run.app_version = impl_->cfg.app_version;
   run.created_at_ms = detail::now_ms();
+  run.traceparent = detail::traceparent_for_start(opts.traceparent);
   if (opts.timeout.count() > 0)
     run.deadline_ms = detail::saturating_add(impl_->svc.clock->now_ms(),
                                              opts.timeout.count());

@@ -28,6 +28,11 @@ struct start_options {
   /// Cancel the run (and its children) if it has not ended this long after
   /// its start; zero: no deadline. Survives restarts.
   std::chrono::milliseconds timeout{0};
+  /// The W3C `traceparent` of the span the run is started in (an HTTP
+  /// handler's, say): stored with the run, so its spans, its children's and
+  /// its calls' join that trace through crashes and takeovers. Empty: the
+  /// span of the step this is called in, if any; else a trace of its own.
+  std::string traceparent{};
 };
 
 /// Options for calling a virtual object's handler.
@@ -36,6 +41,8 @@ struct call_options {
   /// calling again with it returns the first one's result (also after a
   /// crash of the caller). Empty: every call is a new invocation.
   std::string idempotency_key{};
+  /// As `start_options::traceparent`, for the invocation.
+  std::string traceparent{};
 };
 
 /// How `client::resume` puts a run back to work.

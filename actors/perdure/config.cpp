@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "perdure/telemetry/otlp.hpp"
+
 namespace perdure {
 
 config config::from_env() {
@@ -16,6 +18,7 @@ config config::from_env() {
   read("PERDURE_APP_VERSION", result.app_version);
   read("PERDURE_ADMIN_LISTEN", result.admin_listen);
   read("PERDURE_ADMIN_TOKEN", result.admin_token);
+  result.span_sink = telemetry::otlp_exporter::from_env();
   return result;
 }
 

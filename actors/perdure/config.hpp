@@ -14,6 +14,10 @@ namespace spdlog {
 class logger;
 } // namespace spdlog
 
+namespace perdure::telemetry {
+class span_sink;
+} // namespace perdure::telemetry
+
 namespace perdure {
 
 /// What a run whose code no longer replays its journal becomes.
@@ -119,6 +123,10 @@ struct config {
   /// process at a time (whichever comes first); every process serves the
   /// latest.
   std::chrono::milliseconds store_gauges_interval{15'000};
+  /// Where the runs' spans go (one per attempt, one per live operation: see
+  /// README "Traces"), e.g. a `telemetry::otlp_exporter`; null: no spans.
+  /// Perdure installs no global tracer: this is the only way in.
+  std::shared_ptr<telemetry::span_sink> span_sink;
 
   /// Where `perdure::admin::endpoint` listens (`host:port`; port 0: any
   /// free one), e.g. `127.0.0.1:9464`; empty: the endpoint stays off.
@@ -145,7 +153,10 @@ struct config {
 
   /// Returns the defaults overridden by the environment:
   /// `PERDURE_DATABASE_URL`, `PERDURE_SCHEMA`, `PERDURE_EXECUTOR_ID`,
-  /// `PERDURE_APP_VERSION`, `PERDURE_ADMIN_LISTEN`, `PERDURE_ADMIN_TOKEN`.
+  /// `PERDURE_APP_VERSION`, `PERDURE_ADMIN_LISTEN`, `PERDURE_ADMIN_TOKEN`;
+  /// and a `span_sink` exporting OTLP/HTTP JSON if
+  /// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set (see
+  /// `telemetry::otlp_exporter::from_env`).
   static config from_env();
 };
 

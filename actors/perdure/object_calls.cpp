@@ -9,6 +9,7 @@
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime/runtime_impl.hpp"
 #include "perdure/detail/time_math.hpp"
+#include "perdure/detail/tracing/run_trace.hpp"
 #include "perdure/runtime.hpp"
 
 namespace perdure {
@@ -171,6 +172,7 @@ std::string client::invoke(std::string_view type, std::string_view key,
   run.created_at_ms = detail::now_ms();
   run.object_type = std::string{type};
   run.object_key = std::string{key};
+  run.traceparent = detail::traceparent_for_start(opts.traceparent);
   detail::runtime_impl::client_call call{rt};
   if (rt.client_mode)
     store_for_runtimes(rt, run);

@@ -153,6 +153,10 @@ struct run_record {
   /// `type \x1f key`, joined by `\x1e`): calling one of them would wait
   /// for itself.
   std::string call_chain;
+  /// The W3C `traceparent` the run was started in (its starter's, or the
+  /// span of the run that started it); empty: none (its trace id is then
+  /// derived from its id).
+  std::string traceparent;
   /// A saga's phase (`saga_phase`), empty for any other run: cancelling a
   /// saga signals it instead of ending it.
   std::string saga_phase;

@@ -8,6 +8,7 @@
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/runs/run_registry.hpp"
 #include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/tracing/run_trace.hpp"
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/notice.hpp"
 #include "perdure/queues/detail/runtime/queue_service.hpp"
@@ -97,6 +98,7 @@ persistence::run_record make_item(const config& cfg, std::string_view queue,
   item.priority = opts.priority;
   item.partition_key = opts.partition_key;
   item.dedup_id = opts.dedup_id;
+  item.traceparent = perdure::detail::traceparent_for_start(opts.traceparent);
   if (opts.delay.count() > 0)
     item.not_before_ms = opts.delay < never
                            ? now + opts.delay.count()
@@ -179,16 +181,18 @@ std::string detail::stage_bytes(sql_session& tx, std::string_view queue,
     "INSERT INTO " + table("runs")
       + " (id, name, status, inputs, executor, epoch, app_version, "
         "created_at, updated_at, timeout_ms, queue_name, priority, "
-        "partition_key, dedup_id, not_before"
+        "partition_key, dedup_id, not_before, traceparent"
       + (pg ? ", inbox_seq" : "") + ") VALUES ($1, $2, 'ENQUEUED', "
       + (pg ? "decode($3, 'hex')" : "CAST($3 AS BLOB)")
-      + ", '', 0, '', $4, $4, $5, $6, $7, $8, $9, $10"
+      + ", '', 0, '', $4, $4, $5, $6, $7, $8, $9, $10, $11"
       + (pg ? ", nextval('" + quoted + "inbox_seq')" : std::string{})
       + ") ON CONFLICT DO NOTHING RETURNING id",
     {item.id, item.name, bytes, item.created_at_ms, opt(item.timeout_ms),
      item.queue_name, std::int64_t{item.priority}, item.partition_key,
      item.dedup_id.empty() ? sql_param{nullptr} : sql_param{item.dedup_id},
-     opt(item.not_before_ms)});
+     opt(item.not_before_ms),
+     item.traceparent.empty() ? sql_param{nullptr}
+                              : sql_param{item.traceparent}});
   if (inserted.rows.empty()) {
     // Taken: this id again, or the dedup id's holder.
     auto found = tx.exec("SELECT id, name, queue_name FROM " + table("runs")

@@ -65,6 +65,8 @@ struct enqueue_options {
   /// Cancelled if not ended this long after it started (each attempt's
   /// claim sets its deadline); zero: never.
   std::chrono::milliseconds timeout{0};
+  /// As `start_options::traceparent`, for the item's run.
+  std::string traceparent{};
 };
 
 } // namespace perdure::queues

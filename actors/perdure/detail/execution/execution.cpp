@@ -21,6 +21,7 @@
 #include "perdure/detail/runs/run_registry.hpp"
 #include "perdure/detail/runtime/services.hpp"
 #include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/detail/tracing/run_trace.hpp"
 #include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/text.hpp"
 #include "perdure/terminal_error.hpp"
@@ -101,12 +102,115 @@ void execution::on_host_failure() {
   rt->runs->orphaned(run_id_, true);
 }
 
+execution::execution() = default;
+
+execution::~execution() {
+  if (!trace_ || !rt || !rt->cfg.span_sink)
+    return;
+  // An attempt ends here however it ends: the run's end, passivation, a
+  // release, a stop. (A killed process reports nothing: the next
+  // attempt's span links to this one.)
+  close_op_span(std::nullopt, true);
+  auto attrs = std::move(attempt_attributes_);
+  attrs.push_back({"perdure.ended", end_known_});
+  rt->cfg.span_sink->on_end(
+    trace_->attempt_span("run " + log_name_, std::move(attrs), end_error_));
+}
+
+namespace {
+
+/// Whether a live operation of `kind` gets a span of its own (a patch
+/// marker, a deadline or an awakeable's creation is bookkeeping).
+bool traced(persistence::entry_kind kind) {
+  using k = persistence::entry_kind;
+  switch (kind) {
+    case k::step:
+    case k::transaction:
+    case k::child:
+    case k::sleep:
+    case k::await:
+    case k::send:
+    case k::event:
+    case k::resolve:
+      return true;
+    default:
+      return false;
+  }
+}
+
+} // namespace
+
+void execution::open_op_span() {
+  if (!rt->cfg.span_sink || !traced(op->kind) || find_recorded(op->seq))
+    return; // replayed: it ran before, and reported then
+  close_op_span(std::nullopt, true);
+  op_span_seq_ = op->seq;
+  op_span_start_ = telemetry::now_ns();
+  using k = persistence::entry_kind;
+  auto compensating = saga_phase_ == persistence::saga_phase::compensating;
+  switch (op->kind) {
+    case k::step:
+    case k::transaction:
+      op_span_name_ = (compensating ? "compensate " : "step ") + op->name;
+      break;
+    case k::child:
+      op_span_name_ = op->object_type.empty()
+                        ? "start " + op->child_workflow
+                        : "call " + op->object_type + "/" + op->child_workflow;
+      break;
+    case k::sleep:
+      op_span_name_ = "sleep";
+      break;
+    case k::await:
+      op_span_name_ = "wait";
+      break;
+    default:
+      op_span_name_ = std::string{to_string(op->kind)} + " " + op->name;
+  }
+}
+
+void execution::close_op_span(std::optional<std::string> error,
+                              bool interrupted) {
+  if (op_span_seq_ < 0)
+    return;
+  auto seq = std::exchange(op_span_seq_, -1);
+  std::vector<telemetry::attribute> attrs{
+    {"perdure.run_id", run_id_},
+    {"perdure.journal_index", std::int64_t{seq}},
+  };
+  if (attempt > 1)
+    attrs.push_back({"perdure.attempts", std::int64_t{attempt}});
+  if (interrupted) // the attempt ended first (passivation, stop, release)
+    attrs.push_back({"perdure.interrupted", true});
+  rt->cfg.span_sink->on_end(trace_->operation_span(
+    seq, std::move(op_span_name_), op_span_start_, std::move(attrs),
+    std::move(error)));
+}
+
 void execution::init(execution_host& host, mailbox box, runtime_services& r,
                      persistence::run_record run,
                      std::vector<persistence::journal_entry> journal) {
   host_ = &host;
   mailbox_ = std::move(box);
   rt = &r;
+  trace_ = std::make_unique<run_trace>(run);
+  if (rt->cfg.span_sink) {
+    auto& a = attempt_attributes_;
+    a.push_back({"perdure.run_id", run.id});
+    a.push_back({"perdure.workflow", run.name});
+    if (!run.object_type.empty()) {
+      a.push_back({"perdure.object.type", run.object_type});
+      a.push_back({"perdure.object.key", run.object_key});
+    }
+    if (!run.queue_name.empty())
+      a.push_back({"perdure.queue", run.queue_name});
+    a.push_back({"perdure.epoch", run.owner.epoch});
+    a.push_back({"perdure.recovery_attempts",
+                 std::int64_t{run.recovery_attempts}});
+    a.push_back({"perdure.executor", rt->cfg.executor_id});
+    if (!rt->cfg.app_version.empty())
+      a.push_back({"perdure.app_version", rt->cfg.app_version});
+  }
   run_id_ = std::move(run.id);
   epoch = run.owner.epoch;
   if (run.parent_id)
@@ -149,6 +253,7 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
   op = std::make_unique<operation>(std::move(next));
   waiting = h;
   attempt = 0;
+  open_op_span();
   recording = false;
   check_again = false;
   // A saga asked to cancel observes it here, at its next operation (its
@@ -250,6 +355,7 @@ const std::string* execution::unknown_patch() const {
 }
 
 void execution::resume_recorded() {
+  close_op_span(std::nullopt);
   op.reset();
   auto h = std::exchange(waiting, {});
   h.resume();
@@ -429,6 +535,10 @@ void execution::lost_ownership() {
 }
 
 void execution::resume_with(persistence::journal_entry e) {
+  if (op_span_seq_ >= 0)
+    close_op_span(e.outcome == persistence::outcome::value
+                    ? std::nullopt
+                    : std::optional<std::string>{e.error});
   std::string{}.swap(e.run_id);
   record_outcome(std::move(e));
   op.reset();

@@ -23,6 +23,7 @@
 #include "perdure/detail/workflow_entry.hpp"
 #include "perdure/error.hpp"
 #include "perdure/persistence/records.hpp"
+#include "perdure/telemetry/trace.hpp"
 #include "perdure/workflow_context.hpp"
 #include "perdure/workflow_handle.hpp"
 
@@ -35,6 +36,7 @@ namespace perdure::detail {
 
 struct runtime_services;
 struct workflow_series;
+class run_trace;
 
 /// Where an execution's messages go: callable from any thread, and after
 /// the execution left (the message is then dropped).
@@ -126,6 +128,10 @@ struct step_job {
 /// or on a step thread holding the turn (see `drive`): `turn_` orders them.
 class execution final : public run_core {
 public:
+  execution();
+  /// Reports its spans (the attempt's, an operation's cut short).
+  ~execution() override;
+
   /// Runs `job` here, on a step thread. While a step's checkpoint commits
   /// on this thread and the coroutine goes straight on to another plain
   /// step, runs that one here too: a lone workflow's steps then cost no
@@ -213,6 +219,23 @@ private:
   std::int64_t created_at_ms_ = 0;
   /// Its workflow (or `type/handler`), for the lines of `ctx.log()`.
   std::string log_name_;
+  /// Its place in its trace (always: log lines name the trace); spans go
+  /// out only if a span sink is configured.
+  std::unique_ptr<run_trace> trace_;
+  /// The attempt span's attributes (only with a span sink).
+  std::vector<telemetry::attribute> attempt_attributes_;
+  /// The live operation whose span is open (-1: none), since when.
+  std::int32_t op_span_seq_ = -1;
+  std::int64_t op_span_start_ = 0;
+  std::string op_span_name_;
+  /// How the run ended here, if it did (the attempt span's status).
+  std::optional<std::string> end_error_;
+  bool end_known_ = false;
+  /// Opens the span of the operation in flight, if it runs live.
+  void open_op_span();
+  /// Reports the open operation span, if any.
+  void close_op_span(std::optional<std::string> error,
+                     bool interrupted = false);
   /// Records its end in the metrics.
   void count_end(run_status status);
   bool requeued_ = false;

@@ -17,6 +17,7 @@
 #include "perdure/detail/runs/run_registry.hpp"
 #include "perdure/detail/runtime/services.hpp"
 #include "perdure/detail/timer/timer_service.hpp"
+#include "perdure/detail/tracing/run_trace.hpp"
 #include "perdure/persistence/journal_writer.hpp"
 #include "perdure/persistence/text.hpp"
 
@@ -80,6 +81,7 @@ void execution::start_call() {
   call.object_type = op->object_type;
   call.object_key = op->object_key;
   call.call_chain = std::move(chain);
+  call.traceparent = trace_->operation(op->seq).traceparent();
   auto me = mailbox_;
   rt->control->post([me, seq = op->seq, call = std::move(call), rt = rt,
                      fence = owner(), cycle = std::move(cycle)]() mutable {

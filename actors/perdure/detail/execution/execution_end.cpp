@@ -199,6 +199,9 @@ void execution::on_ended(std::int32_t ack) {
 }
 
 void execution::count_end(run_status status) {
+  end_known_ = true; // for the attempt's span
+  if (status != run_status::success)
+    end_error_ = std::string{to_string(status)};
   if (!series_)
     return;
   auto seconds = static_cast<double>(

@@ -1,5 +1,7 @@
 #include "perdure/detail/execution/execution.hpp"
 
+#include "perdure/detail/tracing/run_trace.hpp"
+
 #include <random>
 
 #include <spdlog/spdlog.h>
@@ -201,6 +203,7 @@ void execution::start_child() {
   // The chain of held keys goes on through child workflows (a handler
   // waiting for a child that calls it back would wait for itself).
   child.call_chain = callee_chain(true);
+  child.traceparent = trace_->operation(op->seq).traceparent();
   child.undo_of = op->undo_of;
   auto undo = !child.undo_of.empty();
   auto me = mailbox_;

@@ -4,6 +4,8 @@
 
 #include "perdure/detail/execution/execution.hpp"
 
+#include "perdure/detail/tracing/run_trace.hpp"
+
 #include <limits>
 
 #include <algorithm>
@@ -113,6 +115,7 @@ run_logger execution::logger() {
   tags += " executor=" + rt->cfg.executor_id;
   if (!rt->cfg.app_version.empty())
     tags += " version=" + rt->cfg.app_version;
+  tags += " trace_id=" + trace_->trace_hex();
   return {&rt->log(), std::move(tags)};
 }
 
@@ -144,6 +147,8 @@ void execution::run_steps(step_job j) {
         ~in_body() { running_step = outer; }
         const step_job* outer;
       } body_scope{j};
+      // What the body starts, calls or enqueues joins the step's span.
+      current_span_scope span_scope{j.exec->trace_->operation(j.seq)};
       out = j.body(); // catches what the user's code throws
       if (auto* series = j.exec->series_) {
         series->step_seconds.observe(

@@ -233,6 +233,8 @@ std::vector<migration> sqlite_migrations() {
        "computed_at INTEGER NOT NULL, computed_by TEXT NOT NULL)",
        "INSERT INTO store_gauges_refresh VALUES (1, 0, '')",
      }},
+    {16, "traces: the W3C trace context a run was started in",
+     {"ALTER TABLE runs ADD COLUMN traceparent TEXT"}},
   };
 }
 
@@ -458,6 +460,8 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
        "computed_at BIGINT NOT NULL, computed_by TEXT NOT NULL)",
        "INSERT INTO " + s + "store_gauges_refresh VALUES (1, 0, '')",
      }},
+    {16, "traces: the W3C trace context a run was started in",
+     {"ALTER TABLE " + s + "runs ADD COLUMN traceparent TEXT"}},
   };
 }
 

@@ -120,7 +120,7 @@ batch_result postgres_store::write_runs(const persistence::write_batch& batch) {
                       n.inputs.str(), n.execs.str(), n.epochs.str(),
                       n.versions.str(), n.ats.str(), n.parents.str(),
                       n.deadlines.str(), n.object_types.str(),
-                      n.object_keys.str(), lease());
+                      n.object_keys.str(), n.traceparents.str(), lease());
     read_tagged(rows, out);
     auto result = make_result(batch, out);
     read_recorded(w, batch, out.appended, result);

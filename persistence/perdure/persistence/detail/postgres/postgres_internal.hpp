@@ -116,7 +116,7 @@ inline std::string owned_key(std::int64_t epoch, const std::string& id) {
   return std::to_string(epoch) + ":" + id;
 }
 
-/// Returns the INSERT of many runs (ten array parameters numbered from
+/// Returns the INSERT of many runs (thirteen array parameters numbered from
 /// `first`): new ids inserted, taken ones left alone; the inserted ids come
 /// back.
 inline std::string create_runs_sql(const std::string& s, int first) {
@@ -131,7 +131,7 @@ inline std::string create_runs_sql(const std::string& s, int first) {
   return "INSERT INTO " + s
          + "runs (id, name, status, inputs, executor, epoch, app_version, "
            "created_at, updated_at, parent_id, deadline, object_type, "
-           "object_key, inbox_seq) SELECT i.id, i.name, CASE WHEN i.otype IS "
+           "object_key, traceparent, inbox_seq) SELECT i.id, i.name, CASE WHEN i.otype IS "
            "NOT NULL AND i.status = 'PENDING' AND EXISTS (SELECT 1 FROM "
          + s
          + "runs h WHERE h.object_type = i.otype AND h.object_key = i.okey "
@@ -140,14 +140,15 @@ inline std::string create_runs_sql(const std::string& s, int first) {
            "THEN 'ENQUEUED' ELSE i.status END, "
            "decode(i.inputs, 'hex'), i.executor, i.epoch, i.app_version, "
            "i.created_at, i.created_at, i.parent, i.deadline, i.otype, i.okey, "
-           "CASE WHEN i.otype IS NULL THEN NULL ELSE nextval('"
+           "i.tp, CASE WHEN i.otype IS NULL THEN NULL ELSE nextval('"
          + s + "inbox_seq') END FROM unnest("
          + p(0, "text") + ", " + p(1, "text") + ", " + p(2, "text") + ", "
          + p(3, "text") + ", " + p(4, "text") + ", " + p(5, "bigint") + ", "
          + p(6, "text") + ", " + p(7, "bigint") + ", " + p(8, "text") + ", "
          + p(9, "bigint") + ", " + p(10, "text") + ", " + p(11, "text")
+         + ", " + p(12, "text")
          + ") AS i(id, name, status, inputs, executor, epoch, app_version, "
-           "created_at, parent, deadline, otype, okey) ON CONFLICT (id) DO "
+           "created_at, parent, deadline, otype, okey, tp) ON CONFLICT (id) DO "
            "NOTHING RETURNING id, status, COALESCE(inbox_seq, 0) AS seq";
 }
 
@@ -327,10 +328,10 @@ struct postgres_store::connection : pqxx::connection {
   using pqxx::connection::connection;
 };
 
-/// A batch's run creations as the twelve arrays of `create_runs_sql`.
+/// A batch's run creations as the thirteen arrays of `create_runs_sql`.
 struct postgres_store::creation_arrays {
   detail::pg_array ids, names, statuses, inputs, execs, epochs, versions, ats,
-    parents, deadlines, object_types, object_keys;
+    parents, deadlines, object_types, object_keys, traceparents;
 
   explicit creation_arrays(const std::vector<run_record>& runs) {
     for (auto& run : runs) {
@@ -352,6 +353,9 @@ struct postgres_store::creation_arrays {
       object_keys.add_opt(run.object_type.empty()
                             ? std::nullopt
                             : std::optional{run.object_key});
+      traceparents.add_opt(run.traceparent.empty()
+                             ? std::nullopt
+                             : std::optional{run.traceparent});
     }
   }
 
@@ -360,7 +364,8 @@ struct postgres_store::creation_arrays {
     for (const auto& row : w.exec_prepared(
            "create_runs", ids.str(), names.str(), statuses.str(), inputs.str(),
            execs.str(), epochs.str(), versions.str(), ats.str(), parents.str(),
-           deadlines.str(), object_types.str(), object_keys.str()))
+           deadlines.str(), object_types.str(), object_keys.str(),
+           traceparents.str()))
       out.inserted.emplace(row[0].as<std::string>(),
                            inserted_run{row[1].as<std::string>() == "ENQUEUED",
                                         row[2].as<std::int64_t>()});

@@ -42,10 +42,10 @@ create_result postgres_store::enqueue(const run_record& item) {
       "WITH ins AS (INSERT INTO " + s
         + "runs (id, name, status, inputs, executor, epoch, app_version, "
           "created_at, updated_at, parent_id, deadline, queue_name, priority, "
-          "partition_key, dedup_id, not_before, inbox_seq, timeout_ms) "
-          "VALUES ($1, $2, 'ENQUEUED', $3, '', 0, $4, $5, $5, $6, $7, $8, $9, "
-          "$10, $11, $12, nextval('"
-        + s + "inbox_seq'), $14) ON CONFLICT DO NOTHING RETURNING "
+          "partition_key, dedup_id, not_before, inbox_seq, timeout_ms, "
+          "traceparent) VALUES ($1, $2, 'ENQUEUED', $3, '', 0, $4, $5, $5, $6, "
+          "$7, $8, $9, $10, $11, $12, nextval('"
+        + s + "inbox_seq'), $14, $15) ON CONFLICT DO NOTHING RETURNING "
         + cols + ") SELECT " + cols
         + ", pg_notify($13, '" + notice::prefix(notice::kind::queue_has_items)
         + "' || queue_name) FROM ins",
@@ -55,7 +55,8 @@ create_result postgres_store::enqueue(const run_record& item) {
       item.parent_id ? item.parent_id->c_str() : nullptr, deadline.get(),
       item.queue_name, item.priority, item.partition_key,
       item.dedup_id.empty() ? nullptr : item.dedup_id.c_str(), not_before.get(),
-      detail::delivery_channel(schema_), timeout.get());
+      detail::delivery_channel(schema_), timeout.get(),
+      item.traceparent.empty() ? nullptr : item.traceparent.c_str());
     if (!ins.empty()) {
       result.created = true;
       result.run = detail::read_run(ins[0]);

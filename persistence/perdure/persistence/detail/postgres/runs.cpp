@@ -34,7 +34,8 @@ create_result postgres_store::create_run(const run_record& run) {
       run.deadline_ms ? deadline.c_str() : nullptr,
       run.object_type.empty() ? nullptr : run.object_type.c_str(),
       run.object_type.empty() ? nullptr : run.object_key.c_str(),
-      run.call_chain.empty() ? nullptr : run.call_chain.c_str());
+      run.call_chain.empty() ? nullptr : run.call_chain.c_str(),
+      run.traceparent.empty() ? nullptr : run.traceparent.c_str());
     if (res.empty()) {
       // Another transaction inserted it and has not committed yet: retry.
       throw pqxx::serialization_failure("run row not yet visible");
@@ -62,7 +63,8 @@ postgres_store::create_child(const fence& parent, const run_record& child) {
       child.deadline_ms ? deadline.c_str() : nullptr,
       child.object_type.empty() ? nullptr : child.object_type.c_str(),
       child.object_type.empty() ? nullptr : child.object_key.c_str(),
-      child.call_chain.empty() ? nullptr : child.call_chain.c_str());
+      child.call_chain.empty() ? nullptr : child.call_chain.c_str(),
+      child.traceparent.empty() ? nullptr : child.traceparent.c_str());
     if (res.empty())
       throw pqxx::serialization_failure("run row not yet visible");
     create_result result;

@@ -51,7 +51,8 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
              "WITH ins AS (INSERT INTO " + s
                + "runs (id, name, status, inputs, executor, epoch, "
                  "app_version, created_at, updated_at, parent_id, deadline, "
-                 "object_type, object_key, inbox_seq, call_chain) VALUES ($1, "
+                 "object_type, object_key, inbox_seq, call_chain, "
+                 "traceparent) VALUES ($1, "
                  "$2, CASE WHEN $11::text IS NOT NULL AND $3 = 'PENDING' AND "
                  "EXISTS (SELECT 1 FROM " + s
                + "runs h WHERE h.object_type = $11 AND h.object_key = $12 AND "
@@ -59,7 +60,7 @@ void postgres_store::prepare_runs(connection& c, const std::string& s) {
                  "'ENQUEUED' OR h.executor <> $5 OR h.epoch <> $6)) THEN "
                  "'ENQUEUED' ELSE $3 END, $4, $5, $6, $7, $8, $8, $9, $10, $11, "
                  "$12, CASE WHEN $11::text IS NULL THEN NULL ELSE nextval('"
-               + s + "inbox_seq') END, $13) ON CONFLICT (id) DO NOTHING "
+               + s + "inbox_seq') END, $13, $14) ON CONFLICT (id) DO NOTHING "
                      "RETURNING "
                + run_columns + ", inbox_seq) SELECT true, " + run_columns
                + ", inbox_seq FROM ins UNION ALL SELECT false, " + run_columns
@@ -185,7 +186,7 @@ void postgres_store::prepare_batches(connection& c, const std::string& s) {
   // appends only (a lone workflow's steps), appends and completions, and
   // with creations too (starts sharing a batch with steps).
   auto batch_sql = [&](bool completing, bool creating) {
-    auto lease = creating ? 31 : completing ? 19 : 12;
+    auto lease = creating ? 32 : completing ? 19 : 12;
     return "WITH owned AS (" + fence_sql(lease) + "), "
            "appended AS (INSERT INTO "
            + s

@@ -9,7 +9,7 @@ const std::string run_columns
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
     "parent_id, deadline, call_chain, saga_phase, cancel_requested_at, "
     "queue_name, priority, partition_key, dedup_id, not_before, started_at, "
-    "attempts, object_type, object_key";
+    "attempts, object_type, object_key, traceparent";
 
 std::string qualified_run_columns(const std::string& t) {
   std::string out;
@@ -62,6 +62,7 @@ run_record read_run(const sql_row& row, int first) {
   r.attempts = static_cast<std::int32_t>(row.int64(c(24)));
   r.object_type = row.opt_text(c(25)).value_or(std::string{});
   r.object_key = row.opt_text(c(26)).value_or(std::string{});
+  r.traceparent = row.opt_text(c(27)).value_or(std::string{});
   return r;
 }
 

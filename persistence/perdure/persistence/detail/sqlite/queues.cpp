@@ -25,8 +25,9 @@ create_result sqlite_store::enqueue(const run_record& item) {
     prepare("INSERT INTO runs (id, name, status, inputs, executor, epoch, "
             "app_version, created_at, updated_at, parent_id, deadline, "
             "queue_name, priority, partition_key, dedup_id, not_before, "
-            "timeout_ms) VALUES (?1, ?2, 'ENQUEUED', ?3, '', 0, ?4, ?5, ?5, "
-            "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING")
+            "timeout_ms, traceparent) VALUES (?1, ?2, 'ENQUEUED', ?3, '', 0, "
+            "?4, ?5, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT "
+            "DO NOTHING")
       .bind(1, item.id)
       .bind(2, item.name)
       .bind_blob(3, item.inputs)
@@ -41,6 +42,9 @@ create_result sqlite_store::enqueue(const run_record& item) {
                                           : std::optional{item.dedup_id})
       .bind_opt_int(12, item.not_before_ms)
       .bind_opt_int(13, item.timeout_ms)
+      .bind_opt(14, item.traceparent.empty()
+                      ? std::nullopt
+                      : std::optional{item.traceparent})
       .run();
     result.created = sqlite3_changes(db_) == 1;
     if (result.created) {

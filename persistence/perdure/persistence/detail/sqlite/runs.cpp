@@ -40,11 +40,13 @@ bool sqlite_store::insert_run(const run_record& run, inserted_run* out) {
   auto& ins = prepare(
     "INSERT INTO runs (id, name, status, inputs, executor, epoch, "
     "app_version, created_at, updated_at, parent_id, deadline, object_type, "
-    "object_key, call_chain) VALUES (?1, ?2, CASE WHEN ?11 IS NOT NULL AND ?3 "
+    "object_key, call_chain, traceparent) VALUES (?1, ?2, CASE WHEN ?11 IS "
+    "NOT NULL AND ?3 "
     "= 'PENDING' AND EXISTS (SELECT 1 FROM runs h WHERE h.object_type = ?11 "
     "AND h.object_key = ?12 AND h.status IN ('ENQUEUED', 'PENDING') AND "
     "(h.status = 'ENQUEUED' OR h.executor <> ?5 OR h.epoch <> ?6)) THEN "
-    "'ENQUEUED' ELSE ?3 END, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13) "
+    "'ENQUEUED' ELSE ?3 END, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, "
+    "?14) "
     "ON CONFLICT (id) DO NOTHING RETURNING status, rowid");
   ins.bind(1, run.id)
     .bind(2, run.name)
@@ -61,7 +63,9 @@ bool sqlite_store::insert_run(const run_record& run, inserted_run* out) {
     .bind_opt(12, run.object_type.empty() ? std::nullopt
                                           : std::optional{run.object_key})
     .bind_opt(13, run.call_chain.empty() ? std::nullopt
-                                         : std::optional{run.call_chain});
+                                         : std::optional{run.call_chain})
+    .bind_opt(14, run.traceparent.empty() ? std::nullopt
+                                          : std::optional{run.traceparent});
   if (!ins.step()) {
     ins.reset();
     return false; // the id was taken

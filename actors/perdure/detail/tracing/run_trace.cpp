@@ -1,0 +1,109 @@
+#include "perdure/detail/tracing/run_trace.hpp"
+
+#include "perdure/error.hpp"
+#include "perdure/persistence/records.hpp"
+
+namespace perdure::detail {
+
+namespace {
+
+thread_local std::optional<telemetry::span_context> running_in;
+
+telemetry::span_id attempt_id(const std::string& run, std::int64_t epoch) {
+  return telemetry::derived_span_id(run + "\x1f" + std::to_string(epoch));
+}
+
+} // namespace
+
+run_trace::run_trace(const persistence::run_record& run)
+  : run_id_(run.id), epoch_(run.owner.epoch), start_ns_(telemetry::now_ns()) {
+  auto from = telemetry::span_context::parse(run.traceparent);
+  if (from) {
+    attempt_.trace = from->trace;
+    attempt_.flags = from->flags;
+    parent_ = from->span;
+  } else {
+    attempt_.trace = telemetry::derived_trace_id(run.id);
+  }
+  attempt_.span = attempt_id(run.id, epoch_);
+  // A run that had an attempt cut short (a crash, a takeover) links this
+  // one to the attempt before: every claim moves the epoch on by one, so
+  // that attempt ran at the epoch before this one's.
+  if (run.recovery_attempts > 0 && epoch_ > 0)
+    previous_ = telemetry::span_context{attempt_.trace,
+                                        attempt_id(run.id, epoch_ - 1),
+                                        attempt_.flags};
+  trace_hex_ = telemetry::hex(attempt_.trace);
+}
+
+telemetry::span_context run_trace::operation(std::int32_t seq) const {
+  return {attempt_.trace,
+          telemetry::derived_span_id(run_id_ + "\x1e" + std::to_string(seq)
+                                     + "\x1f" + std::to_string(epoch_)),
+          attempt_.flags};
+}
+
+telemetry::span
+run_trace::attempt_span(std::string name,
+                        std::vector<telemetry::attribute> attributes,
+                        std::optional<std::string> error) const {
+  telemetry::span s;
+  s.context = attempt_;
+  s.parent = parent_;
+  s.name = std::move(name);
+  s.kind = telemetry::span_kind::consumer; // the run's work, as it was queued
+  s.start_ns = start_ns_;
+  s.end_ns = telemetry::now_ns();
+  s.attributes = std::move(attributes);
+  if (previous_)
+    s.links.push_back(
+      {*previous_, {{"perdure.link", std::string{"previous_attempt"}}}});
+  s.error = std::move(error);
+  return s;
+}
+
+telemetry::span
+run_trace::operation_span(std::int32_t seq, std::string name,
+                          std::int64_t start_ns,
+                          std::vector<telemetry::attribute> attributes,
+                          std::optional<std::string> error) const {
+  telemetry::span s;
+  s.context = operation(seq);
+  s.parent = attempt_.span;
+  s.name = std::move(name);
+  s.start_ns = start_ns;
+  s.end_ns = telemetry::now_ns();
+  s.attributes = std::move(attributes);
+  s.error = std::move(error);
+  return s;
+}
+
+std::optional<telemetry::span_context> current_span() {
+  return running_in;
+}
+
+current_span_scope::current_span_scope(const telemetry::span_context& c)
+  : saved_(running_in) {
+  running_in = c;
+}
+
+current_span_scope::~current_span_scope() {
+  running_in = saved_;
+}
+
+std::string traceparent_for_start(std::string_view given) {
+  if (!given.empty()) {
+    auto c = telemetry::span_context::parse(given);
+    if (!c)
+      throw perdure::error(errc::invalid_argument,
+                           "traceparent '" + std::string{given}
+                             + "' is not a W3C trace context (expected "
+                               "00-<32 hex>-<16 hex>-<2 hex>, lower case)");
+    return c->traceparent();
+  }
+  if (auto c = current_span())
+    return c->traceparent();
+  return {};
+}
+
+} // namespace perdure::detail

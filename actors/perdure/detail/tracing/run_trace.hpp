@@ -1,0 +1,82 @@
+#pragma once
+
+// A run's place in its trace. A run stores the W3C context it was started
+// in (`runs.traceparent`: its starter's span, or the span of the operation
+// of the run that started it); without one, its trace id is derived from
+// its id, so every process and every attempt agree on it. Span ids are
+// derived too (an attempt's from the run and its epoch, an operation's
+// from the run, its journal index and the epoch): a child's traceparent is
+// known before its span ends, and an attempt can link to the one before
+// it, which died with its process and never reported.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "perdure/telemetry/trace.hpp"
+
+namespace perdure::persistence {
+struct run_record;
+} // namespace perdure::persistence
+
+namespace perdure::detail {
+
+class run_trace {
+public:
+  /// The trace of `run`, activated at its epoch now.
+  explicit run_trace(const persistence::run_record& run);
+
+  const telemetry::trace_id& trace() const noexcept { return attempt_.trace; }
+  /// This attempt's span.
+  const telemetry::span_context& attempt() const noexcept { return attempt_; }
+  /// The trace id in hex, for log lines.
+  const std::string& trace_hex() const noexcept { return trace_hex_; }
+
+  /// The span of the live operation at journal index `seq`.
+  telemetry::span_context operation(std::int32_t seq) const;
+
+  /// The attempt's span, ended now (`error`: how the run failed).
+  telemetry::span attempt_span(std::string name,
+                               std::vector<telemetry::attribute> attributes,
+                               std::optional<std::string> error) const;
+
+  /// The span of operation `seq`, started at `start_ns`, ended now.
+  telemetry::span operation_span(std::int32_t seq, std::string name,
+                                 std::int64_t start_ns,
+                                 std::vector<telemetry::attribute> attributes,
+                                 std::optional<std::string> error) const;
+
+private:
+  std::string run_id_;
+  std::int64_t epoch_ = 0;
+  telemetry::span_id parent_{}; // the starter's span (zero: a root)
+  telemetry::span_context attempt_;
+  std::optional<telemetry::span_context> previous_;
+  std::int64_t start_ns_ = 0;
+  std::string trace_hex_;
+};
+
+/// The span the code on this thread runs in (a step's or transaction's
+/// body), if any: what a start, call or enqueue made from it joins.
+std::optional<telemetry::span_context> current_span();
+
+/// Sets `current_span` for this thread while it lives.
+class current_span_scope {
+public:
+  explicit current_span_scope(const telemetry::span_context& c);
+  ~current_span_scope();
+  current_span_scope(const current_span_scope&) = delete;
+  current_span_scope& operator=(const current_span_scope&) = delete;
+
+private:
+  std::optional<telemetry::span_context> saved_;
+};
+
+/// What a new run started from outside stores as its traceparent: `given`
+/// (checked: a malformed one is an `invalid_argument` error), or the
+/// span the calling thread runs in, or nothing.
+std::string traceparent_for_start(std::string_view given);
+
+} // namespace perdure::detail

@@ -1,0 +1,320 @@
+#include "perdure/telemetry/otlp.hpp"
+
+#include <httplib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <type_traits>
+
+namespace perdure::telemetry {
+
+namespace {
+
+void escape(std::string& out, std::string_view s) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c); // UTF-8 passes through
+        }
+    }
+  }
+  out += '"';
+}
+
+void write_value(std::string& out, const attribute_value& v) {
+  if (auto* s = std::get_if<std::string>(&v)) {
+    out += "{\"stringValue\":";
+    escape(out, *s);
+  } else if (auto* i = std::get_if<std::int64_t>(&v)) {
+    out += "{\"intValue\":\"" + std::to_string(*i) + "\""; // int64: a string
+  } else if (auto* d = std::get_if<double>(&v)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", *d);
+    out += "{\"doubleValue\":";
+    out += buf;
+  } else {
+    out += std::get<bool>(v) ? "{\"boolValue\":true" : "{\"boolValue\":false";
+  }
+  out += '}';
+}
+
+void write_attributes(std::string& out, const std::vector<attribute>& as) {
+  out += '[';
+  bool first = true;
+  for (auto& a : as) {
+    if (!first)
+      out += ',';
+    first = false;
+    out += "{\"key\":";
+    escape(out, a.key);
+    out += ",\"value\":";
+    write_value(out, a.value);
+    out += '}';
+  }
+  out += ']';
+}
+
+void write_span(std::string& out, const span& s) {
+  out += "{\"traceId\":\"" + hex(s.context.trace) + "\",\"spanId\":\""
+         + hex(s.context.span) + "\"";
+  if (s.parent != span_id{})
+    out += ",\"parentSpanId\":\"" + hex(s.parent) + "\"";
+  out += ",\"flags\":" + std::to_string(s.context.flags);
+  out += ",\"name\":";
+  escape(out, s.name);
+  out += ",\"kind\":" + std::to_string(static_cast<int>(s.kind));
+  out += ",\"startTimeUnixNano\":\"" + std::to_string(s.start_ns)
+         + "\",\"endTimeUnixNano\":\"" + std::to_string(s.end_ns) + "\"";
+  out += ",\"attributes\":";
+  write_attributes(out, s.attributes);
+  if (!s.links.empty()) {
+    out += ",\"links\":[";
+    bool first = true;
+    for (auto& l : s.links) {
+      if (!first)
+        out += ',';
+      first = false;
+      out += "{\"traceId\":\"" + hex(l.context.trace) + "\",\"spanId\":\""
+             + hex(l.context.span) + "\",\"attributes\":";
+      write_attributes(out, l.attributes);
+      out += '}';
+    }
+    out += ']';
+  }
+  if (s.error) {
+    out += ",\"status\":{\"code\":2,\"message\":";
+    escape(out, *s.error);
+    out += '}';
+  }
+  out += '}';
+}
+
+/// `k=v,k=v` (the OTEL_* list format; values are not percent-decoded).
+std::vector<std::pair<std::string, std::string>> pairs(const char* text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string_view rest = text ? text : "";
+  while (!rest.empty()) {
+    auto comma = rest.find(',');
+    auto item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    auto eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+      continue;
+    auto trim = [](std::string_view s) {
+      while (!s.empty() && s.front() == ' ')
+        s.remove_prefix(1);
+      while (!s.empty() && s.back() == ' ')
+        s.remove_suffix(1);
+      return std::string{s};
+    };
+    out.emplace_back(trim(item.substr(0, eq)), trim(item.substr(eq + 1)));
+  }
+  return out;
+}
+
+std::string env(const char* name) {
+  auto* v = std::getenv(name);
+  return v ? v : "";
+}
+
+} // namespace
+
+std::string otlp_json(const std::vector<span>& spans,
+                      const std::string& service_name,
+                      const std::vector<attribute>& resource) {
+  std::string out = "{\"resourceSpans\":[{\"resource\":{\"attributes\":";
+  std::vector<attribute> attrs{{"service.name", service_name}};
+  attrs.insert(attrs.end(), resource.begin(), resource.end());
+  write_attributes(out, attrs);
+  out += "},\"scopeSpans\":[{\"scope\":{\"name\":\"perdure\"},\"spans\":[";
+  bool first = true;
+  for (auto& s : spans) {
+    if (!first)
+      out += ',';
+    first = false;
+    write_span(out, s);
+  }
+  out += "]}]}]}";
+  return out;
+}
+
+otlp_exporter::otlp_exporter(otlp_options opts) : opts_(std::move(opts)) {
+  auto scheme_end = opts_.endpoint.find("://");
+  auto scheme = scheme_end == std::string::npos
+                  ? std::string{}
+                  : opts_.endpoint.substr(0, scheme_end);
+  if (scheme != "http" && scheme != "https")
+    throw std::invalid_argument("OTLP endpoint '" + opts_.endpoint
+                                + "' is not an http:// or https:// URL");
+  auto path_at = opts_.endpoint.find('/', scheme_end + 3);
+  origin_ = opts_.endpoint.substr(0, path_at);
+  path_ = path_at == std::string::npos ? "/v1/traces"
+                                       : opts_.endpoint.substr(path_at);
+  if (opts_.max_batch == 0)
+    opts_.max_batch = 1;
+  thread_ = std::thread{[this] { run(); }};
+}
+
+otlp_exporter::~otlp_exporter() {
+  {
+    std::lock_guard guard{mtx_};
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void otlp_exporter::on_end(span s) noexcept {
+  try {
+    std::unique_lock guard{mtx_};
+    if (stopping_ || queue_.size() >= opts_.max_queue) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    queue_.push_back(std::move(s));
+    if (queue_.size() < opts_.max_batch)
+      return; // sent when the interval is up
+  } catch (...) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  wake_.notify_one();
+}
+
+void otlp_exporter::flush() {
+  std::unique_lock guard{mtx_};
+  auto ticket = ++flush_asked_;
+  wake_.notify_one();
+  sent_.wait(guard, [&] { return flush_done_ >= ticket || stopping_; });
+}
+
+otlp_exporter::counts otlp_exporter::totals() const noexcept {
+  return {exported_.load(), dropped_.load(), failed_.load()};
+}
+
+void otlp_exporter::run() {
+  using clock = std::chrono::steady_clock;
+  auto backoff = std::chrono::milliseconds{0};
+  auto retry_at = clock::time_point{}; // after a failed request
+  std::unique_lock guard{mtx_};
+  for (;;) {
+    auto due = std::max(clock::now() + opts_.flush_every, retry_at);
+    wake_.wait_until(guard, due, [&] {
+      return stopping_ || flush_asked_ > flush_done_
+             || (queue_.size() >= opts_.max_batch && clock::now() >= retry_at);
+    });
+    auto flushing = flush_asked_;
+    // What is queued goes, batch by batch. A failed request drops its
+    // batch and gives the collector time (doubling, up to 30 s) before the
+    // next; meanwhile spans wait in the queue, and beyond its bound are
+    // dropped: a collector that is down never slows a step.
+    while (!queue_.empty()) {
+      auto n = std::min(queue_.size(), opts_.max_batch);
+      std::vector<span> batch;
+      batch.reserve(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      guard.unlock();
+      auto ok = send(batch);
+      guard.lock();
+      if (ok) {
+        exported_.fetch_add(batch.size());
+        backoff = std::chrono::milliseconds{0};
+        continue;
+      }
+      dropped_.fetch_add(batch.size());
+      failed_.fetch_add(1);
+      backoff = std::min<std::chrono::milliseconds>(
+        std::chrono::milliseconds{30'000},
+        std::max(opts_.flush_every, backoff * 2));
+      retry_at = clock::now() + backoff;
+      break;
+    }
+    flush_done_ = flushing;
+    sent_.notify_all();
+    if (stopping_) {
+      dropped_.fetch_add(queue_.size()); // one failure at the end is enough
+      queue_.clear();
+      return;
+    }
+  }
+}
+
+bool otlp_exporter::send(const std::vector<span>& batch) {
+  try {
+    httplib::Client http{origin_};
+    auto timeout = opts_.timeout;
+    http.set_connection_timeout(timeout);
+    http.set_read_timeout(timeout);
+    http.set_write_timeout(timeout);
+    httplib::Headers headers;
+    for (auto& [k, v] : opts_.headers)
+      headers.emplace(k, v);
+    auto res = http.Post(path_, headers,
+                         otlp_json(batch, opts_.service_name, opts_.resource),
+                         "application/json");
+    return res && res->status >= 200 && res->status < 300;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::shared_ptr<otlp_exporter> otlp_exporter::from_env() {
+  if (env("OTEL_SDK_DISABLED") == "true"
+      || env("OTEL_TRACES_EXPORTER") == "none")
+    return nullptr;
+  otlp_options opts;
+  opts.endpoint = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+  if (opts.endpoint.empty()) {
+    auto base = env("OTEL_EXPORTER_OTLP_ENDPOINT");
+    if (base.empty())
+      return nullptr;
+    if (base.back() != '/')
+      base += '/';
+    opts.endpoint = base + "v1/traces";
+  }
+  if (auto name = env("OTEL_SERVICE_NAME"); !name.empty())
+    opts.service_name = name;
+  for (auto& [k, v] : pairs(std::getenv("OTEL_RESOURCE_ATTRIBUTES"))) {
+    if (k == "service.name" && env("OTEL_SERVICE_NAME").empty())
+      opts.service_name = v;
+    else if (k != "service.name")
+      opts.resource.push_back({k, v});
+  }
+  opts.headers = pairs(std::getenv("OTEL_EXPORTER_OTLP_HEADERS"));
+  // The batch span processor's settings, as the SDKs read them.
+  auto number = [](const char* name, auto& field) {
+    auto text = env(name);
+    if (text.empty())
+      return;
+    char* end = nullptr;
+    auto v = std::strtoll(text.c_str(), &end, 10);
+    if (end != text.c_str() && *end == '\0' && v > 0)
+      field = static_cast<std::remove_reference_t<decltype(field)>>(v);
+  };
+  std::int64_t delay_ms = opts.flush_every.count();
+  std::int64_t timeout_ms = opts.timeout.count();
+  number("OTEL_BSP_SCHEDULE_DELAY", delay_ms);
+  number("OTEL_EXPORTER_OTLP_TIMEOUT", timeout_ms);
+  number("OTEL_BSP_MAX_QUEUE_SIZE", opts.max_queue);
+  number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", opts.max_batch);
+  opts.flush_every = std::chrono::milliseconds{delay_ms};
+  opts.timeout = std::chrono::milliseconds{timeout_ms};
+  return std::make_shared<otlp_exporter>(std::move(opts));
+}
+
+} // namespace perdure::telemetry

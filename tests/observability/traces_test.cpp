@@ -1,0 +1,223 @@
+// Traces: one trace id from the starter's traceparent through a run's
+// steps, its child and its object call, through a SIGKILL and a takeover
+// (PostgreSQL: several processes), with no span for a replayed operation
+// and the new attempt linked to the one that died; a collector that is
+// down loses no run. Spans are read by a collector of the test's own.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "observability/otlp_collector.hpp"
+#include "observability/traced_order.hpp"
+#include "perdure/perdure.hpp"
+#include "perdure/queues/queue.hpp"
+#include "perdure/telemetry/otlp.hpp"
+#include "support/child_process.hpp"
+#include "support/test_support.hpp"
+
+using namespace perdure;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string starter_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+const std::string starter_span = "00f067aa0ba902b7";
+const std::string starter = "00-" + starter_trace + "-" + starter_span + "-01";
+
+class traces_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    db_ = test::database::fresh();
+    sql_ = std::make_unique<test::sql_client>(db_);
+  }
+
+  std::shared_ptr<telemetry::otlp_exporter> exporter(std::string endpoint) {
+    return std::make_shared<telemetry::otlp_exporter>(telemetry::otlp_options{
+      .endpoint = std::move(endpoint),
+      .service_name = "traces-test",
+      .flush_every = 100ms});
+  }
+
+  /// The one span named `name`, or a failure.
+  test::received_span one(const std::string& name) {
+    auto found = collector_.named(name);
+    EXPECT_EQ(found.size(), 1u) << "spans named '" << name << "'";
+    return found.empty() ? test::received_span{} : found.front();
+  }
+
+  /// What the test relies on in the spans of one "order" run, whoever ran
+  /// it: one trace, the starter's; each live operation a child of its
+  /// attempt; the child run and the object invocation children of the
+  /// operations that started them.
+  void check_order_trace() {
+    auto spans = collector_.spans();
+    ASSERT_FALSE(spans.empty());
+    for (auto& s : spans)
+      EXPECT_EQ(s.trace_id, starter_trace) << s.name;
+    EXPECT_TRUE(collector_.malformed().empty());
+    auto attempts = collector_.named("run order");
+    ASSERT_FALSE(attempts.empty());
+    std::set<std::string> attempt_ids;
+    for (auto& a : attempts) {
+      EXPECT_EQ(a.parent_span_id, starter_span);
+      attempt_ids.insert(a.span_id);
+    }
+    for (auto name : {"step reserve", "step charge", "start ship",
+                      "call account/add", "step notify"}) {
+      auto s = one(name);
+      EXPECT_EQ(attempt_ids.count(s.parent_span_id), 1u) << name;
+    }
+    auto ship = one("run ship");
+    EXPECT_EQ(ship.parent_span_id, one("start ship").span_id);
+    EXPECT_EQ(one("step label").parent_span_id, ship.span_id);
+    EXPECT_EQ(one("run account/add").parent_span_id,
+              one("call account/add").span_id);
+  }
+
+  test::database db_;
+  std::unique_ptr<test::sql_client> sql_;
+  test::otlp_collector collector_;
+};
+
+TEST_F(traces_test, one_trace_runs_from_the_starter_through_children_and_calls) {
+  auto spans = exporter(collector_.endpoint() + "/v1/traces");
+  {
+    auto cfg = db_.runtime_config("traces-rt");
+    cfg.span_sink = spans;
+    runtime rt{cfg};
+    test::register_traced_order(rt, [] {});
+    rt.start();
+    auto h = rt.start_workflow<std::string>(
+      "order", {.id = "o1", .traceparent = starter});
+    EXPECT_EQ(h.get(30s), "done");
+  }
+  // The trace is stored with the run and handed to its child.
+  EXPECT_EQ(sql_->scalar("SELECT traceparent FROM " + sql_->table("runs")
+                         + " WHERE id = 'o1'"),
+            starter);
+  EXPECT_EQ(sql_->scalar("SELECT COUNT(*) FROM " + sql_->table("runs")
+                         + " WHERE parent_id = 'o1' AND traceparent LIKE '00-"
+                         + starter_trace + "-%'"),
+            "2");
+  spans->flush();
+  check_order_trace();
+  EXPECT_EQ(one("run order").service, "traces-test");
+  EXPECT_GT(spans->totals().exported, 0u);
+  EXPECT_EQ(spans->totals().dropped, 0u);
+}
+
+TEST_F(traces_test, a_malformed_traceparent_is_refused) {
+  auto cfg = db_.runtime_config("traces-rt");
+  runtime rt{cfg};
+  test::register_traced_order(rt, [] {});
+  rt.start();
+  try {
+    rt.start_workflow<std::string>("order", {.traceparent = "00-XYZ-01"});
+    FAIL() << "started";
+  } catch (const perdure::error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string{e.what()}.find("W3C"), std::string::npos)
+      << e.what();
+  }
+}
+
+TEST_F(traces_test, a_collector_that_is_down_loses_no_run) {
+  // Nothing listens on port 1: every request fails at once.
+  auto spans = exporter("http://127.0.0.1:1/v1/traces");
+  auto cfg = db_.runtime_config("traces-rt");
+  cfg.span_sink = spans;
+  runtime rt{cfg};
+  test::register_traced_order(rt, [] {});
+  rt.start();
+  std::vector<workflow_handle<std::string>> runs;
+  for (int i = 0; i < 20; ++i)
+    runs.push_back(rt.start_workflow<std::string>("order"));
+  for (auto& h : runs)
+    EXPECT_EQ(h.get(60s), "done");
+  spans->flush();
+  auto t = spans->totals();
+  EXPECT_EQ(t.exported, 0u);
+  EXPECT_GT(t.dropped, 0u);
+  EXPECT_GE(t.failed_requests, 1u);
+}
+
+TEST_F(traces_test, a_trace_survives_a_sigkill_and_a_takeover) {
+  if (!db_.postgres)
+    GTEST_SKIP() << "SQLite runs one runtime per file";
+  client{db_.runtime_config("setup")};
+  setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector_.endpoint().c_str(), 1);
+  setenv("OTEL_SERVICE_NAME", "traced-worker", 1);
+  setenv("OTEL_BSP_SCHEDULE_DELAY", "100", 1);
+  auto worker = [&](const std::string& executor, const std::string& mode) {
+    auto w = std::make_unique<test::child_process>(std::vector<std::string>{
+      PERDURE_TRACED_WORKER, db_.url, db_.schema, executor, mode});
+    EXPECT_TRUE(w->wait_for("READY", 20s)) << w->output();
+    return w;
+  };
+  auto a = worker("a", "hang");
+  client c{db_.runtime_config("web")};
+  auto h = c.start_workflow<std::string>(
+    "order", {.id = "o2", .traceparent = starter});
+  ASSERT_TRUE(a->wait_for("CHARGING", 20s)) << a->output();
+  // What a reported before it died: its reserve step.
+  ASSERT_TRUE(test::eventually(
+    [&] { return !collector_.named("step reserve").empty(); }, 10s));
+  auto reserve = collector_.named("step reserve").front();
+  a->sigkill();
+  auto b = worker("b", "run");
+  EXPECT_EQ(h.get(60s), "done");
+  ASSERT_TRUE(test::eventually(
+    [&] { return !collector_.named("step notify").empty()
+                 && !collector_.named("run order").empty(); },
+    10s));
+  std::this_thread::sleep_for(300ms); // anything more b would send
+  check_order_trace();
+  // a's attempt never ended (no span); b's is linked to it, and b replayed
+  // reserve without a span of its own.
+  auto attempt = one("run order");
+  EXPECT_EQ(attempt.service, "traced-worker");
+  ASSERT_EQ(attempt.links.size(), 1u);
+  EXPECT_EQ(attempt.links[0].first, starter_trace);
+  EXPECT_EQ(attempt.links[0].second, reserve.parent_span_id)
+    << "the new attempt links to the attempt that ran reserve";
+  EXPECT_NE(attempt.span_id, reserve.parent_span_id);
+  EXPECT_EQ(one("step charge").parent_span_id, attempt.span_id);
+  unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+  unsetenv("OTEL_SERVICE_NAME");
+  unsetenv("OTEL_BSP_SCHEDULE_DELAY");
+}
+
+TEST_F(traces_test, a_queue_item_enqueued_in_a_step_joins_its_trace) {
+  auto spans = exporter(collector_.endpoint() + "/v1/traces");
+  auto cfg = db_.runtime_config("traces-rt");
+  cfg.span_sink = spans;
+  runtime rt{cfg};
+  queues::register_queue(rt, "mail", {});
+  rt.register_workflow("send", [](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.step("deliver", [] { return 1; });
+  });
+  rt.register_workflow("signup", [&rt](workflow_context& ctx) -> task<int> {
+    co_await ctx.step("enqueue", [&] {
+      queues::enqueue<int>(rt, "mail", "send", {.id = "mail-1"});
+      return 0;
+    });
+    co_return 0;
+  });
+  rt.start();
+  rt.start_workflow<int>("signup", {.traceparent = starter}).get(30s);
+  rt.retrieve_workflow<int>("mail-1").get(30s);
+  spans->flush();
+  auto enqueue = one("step enqueue");
+  auto item = one("run send");
+  EXPECT_EQ(item.trace_id, starter_trace);
+  EXPECT_EQ(item.parent_span_id, enqueue.span_id)
+    << "the item's run is a child of the step that enqueued it";
+}
+
+} // namespace
