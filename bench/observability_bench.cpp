@@ -1,7 +1,9 @@
-// The observability_overhead scenario: what recording metrics costs.
+// The observability_overhead scenario: what metrics and traces cost.
 //   steps_per_s_on/off   --workflows runs of --steps steps started at once,
 //                        best of --rounds rounds each, on and off
-//                        alternating (config::metrics)
+//                        alternating (on: config::metrics, and every span
+//                        exported as OTLP/HTTP JSON to a collector on
+//                        loopback that takes and drops them; off: neither)
 //   p50_ratio_on_off     a lone run's step latency (p50), on over off
 //   scrape_ms            a /metrics scrape (HTTP, the admin endpoint) of a
 //                        runtime that ran 1 000 workflow names, median
@@ -11,9 +13,12 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "perdure/admin/endpoint.hpp"
 #include "perdure/perdure.hpp"
+#include "perdure/telemetry/otlp.hpp"
 #include "support/test_support.hpp"
 
 namespace perdure::bench {
@@ -27,11 +32,60 @@ task<int> steps_of(workflow_context& ctx, int steps) {
   co_return sum;
 }
 
-/// Steps per second of `workflows` runs started at once.
-double throughput(const options& o, bool metrics) {
-  auto db = database_for(o);
+/// A collector that takes spans and drops them (what a real one costs the
+/// process is the exporter's work, measured here, not the collector's).
+class null_collector {
+public:
+  null_collector() {
+    server_.Post("/v1/traces",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   bytes_ += req.body.size();
+                   res.set_content("{}", "application/json");
+                 });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread{[this] { server_.listen_after_bind(); }};
+  }
+  ~null_collector() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string endpoint() const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/v1/traces";
+  }
+
+private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::atomic<std::size_t> bytes_{0};
+  std::thread thread_;
+};
+
+std::uint64_t spans_exported = 0;
+
+/// Metrics and traces on (spans to `collector`) or both off.
+config observed(const options& o, const test::database& db,
+                const null_collector* collector) {
   auto cfg = runtime_config(db);
-  cfg.metrics = metrics;
+  cfg.metrics = collector != nullptr;
+  if (collector)
+    cfg.span_sink = std::make_shared<telemetry::otlp_exporter>(
+      telemetry::otlp_options{.endpoint = collector->endpoint()});
+  (void)o;
+  return cfg;
+}
+
+/// Counts what `cfg`'s exporter sent, once it has sent all.
+void count_spans(config& cfg) {
+  if (auto* e = dynamic_cast<telemetry::otlp_exporter*>(cfg.span_sink.get())) {
+    e->flush();
+    spans_exported += e->totals().exported;
+  }
+}
+
+/// Steps per second of `workflows` runs started at once.
+double throughput(const options& o, const null_collector* collector) {
+  auto db = database_for(o);
+  auto cfg = observed(o, db, collector);
   runtime rt{cfg};
   rt.register_workflow("trivial", steps_of);
   rt.start();
@@ -42,14 +96,15 @@ double throughput(const options& o, bool metrics) {
     handles.push_back(rt.start_workflow<int>("trivial", o.steps));
   for (auto& h : handles)
     h.get(std::chrono::seconds{300});
-  return static_cast<double>(o.workflows) * o.steps / seconds_since(t0);
+  auto rate = static_cast<double>(o.workflows) * o.steps / seconds_since(t0);
+  count_spans(cfg);
+  return rate;
 }
 
 /// The median time between the steps of one run (µs).
-double latency_p50_us(const options& o, bool metrics) {
+double latency_p50_us(const options& o, const null_collector* collector) {
   auto db = database_for(o);
-  auto cfg = runtime_config(db);
-  cfg.metrics = metrics;
+  auto cfg = observed(o, db, collector);
   runtime rt{cfg};
   std::vector<double> v;
   rt.register_workflow("timed", [&v](workflow_context& ctx, int steps) -> task<int> {
@@ -64,6 +119,7 @@ double latency_p50_us(const options& o, bool metrics) {
   });
   rt.start();
   rt.start_workflow<int>("timed", 1000).get(std::chrono::seconds{300});
+  count_spans(cfg);
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -101,13 +157,14 @@ double scrape_ms(const options& o) {
 
 void observability_overhead(const options& o) {
   int rounds = o.rounds > 0 ? o.rounds : 3;
+  null_collector collector;
   double on = 0, off = 0, lat_on = 1e18, lat_off = 1e18;
   for (int r = 0; r < rounds; ++r) {
     // Alternating, best of each: the machine's drift hits both sides.
-    off = std::max(off, throughput(o, false));
-    on = std::max(on, throughput(o, true));
-    lat_off = std::min(lat_off, latency_p50_us(o, false));
-    lat_on = std::min(lat_on, latency_p50_us(o, true));
+    off = std::max(off, throughput(o, nullptr));
+    on = std::max(on, throughput(o, &collector));
+    lat_off = std::min(lat_off, latency_p50_us(o, nullptr));
+    lat_on = std::min(lat_on, latency_p50_us(o, &collector));
   }
   header(o)
     .add("workflows", o.workflows)
@@ -120,6 +177,7 @@ void observability_overhead(const options& o) {
     .add("p50_us_off", lat_off)
     .add("p50_ratio_on_off", lat_on / lat_off)
     .add("scrape_ms", scrape_ms(o))
+    .add("spans_exported", static_cast<double>(spans_exported))
     .print();
 }
 

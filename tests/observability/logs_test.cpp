@@ -1,7 +1,7 @@
 // ctx.log(): the application's logger, silent while a run replays (a
 // recovered run does not repeat the lines of what its journal replays),
 // each line tagged with the run, its workflow, the step and attempt, the
-// executor and the version.
+// executor, the version and the trace id.
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "perdure/perdure.hpp"
+#include "perdure/telemetry/trace.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -105,8 +106,11 @@ TEST_F(logs_test, a_recovered_run_logs_nothing_twice_and_every_line_is_tagged) {
   EXPECT_EQ(count_of(out, "went on with 3"), 1) << out;
   EXPECT_EQ(count_of(out, "[run=g1 workflow=greeter step=0 attempt="), 1)
     << out; // "greeting", before the first step
+  // The trace id: the run's own (it was started without a traceparent),
+  // derived from its id.
+  auto trace = telemetry::hex(telemetry::derived_trace_id("g1"));
   EXPECT_EQ(count_of(out, "step=0 (charge) attempt=2 executor=logs-rt "
-                          "version=v7] charging, try 2"),
+                          "version=v7 trace_id=" + trace + "] charging, try 2"),
             1)
     << out;
 }
