@@ -44,6 +44,10 @@ public:
                  });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread{[this] { server_.listen_after_bind(); }};
+    // Running before anyone may stop it (a stop before the loop starts is
+    // lost, and the loop then runs for ever).
+    while (!server_.is_running())
+      std::this_thread::yield();
   }
   ~null_collector() {
     server_.stop();

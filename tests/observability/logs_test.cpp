@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <spdlog/sinks/ringbuffer_sink.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <string>
 #include <thread>
 
+#include "perdure/json_lines_formatter.hpp"
 #include "perdure/perdure.hpp"
 #include "perdure/telemetry/trace.hpp"
 #include "support/test_support.hpp"
@@ -113,6 +115,46 @@ TEST_F(logs_test, a_recovered_run_logs_nothing_twice_and_every_line_is_tagged) {
                           "version=v7 trace_id=" + trace + "] charging, try 2"),
             1)
     << out;
+}
+
+TEST_F(logs_test, json_lines_carry_the_tags_as_fields) {
+  logger_->set_formatter(std::make_unique<json_lines_formatter>());
+  {
+    auto rt = make();
+    rt->start();
+    rt->start_workflow<std::string>("greeter", std::string{"bob"},
+                                    {.id = "g2", .traceparent =
+                                       "00-4bf92f3577b34da6a3ce929d0e0e4736-"
+                                       "00f067aa0ba902b7-01"});
+    rt->send("g2", "go", 1);
+    EXPECT_EQ(rt->retrieve_workflow<std::string>("g2").get(30s), "bob");
+  }
+  int app_lines = 0, perdure_lines = 0;
+  for (auto& line : sink_->last_formatted()) {
+    auto j = nlohmann::json::parse(line); // every line is one JSON object
+    ASSERT_TRUE(j.contains("time") && j.contains("level")
+                && j.contains("message"))
+      << line;
+    if (j.contains("run")) {
+      ++app_lines;
+      EXPECT_EQ(j["run"], "g2") << line;
+      EXPECT_EQ(j["workflow"], "greeter") << line;
+      EXPECT_EQ(j["executor"], "logs-rt") << line;
+      EXPECT_EQ(j["version"], "v7") << line;
+      EXPECT_EQ(j["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736") << line;
+      EXPECT_EQ(j["message"].get<std::string>().find('['), std::string::npos)
+        << line;
+      if (j["message"] == "charging, try 2") {
+        EXPECT_EQ(j["step"], "0 (charge)") << line;
+      }
+    } else if (j["message"].get<std::string>().rfind("perdure:", 0) == 0) {
+      ++perdure_lines;
+    }
+  }
+  // greeting, two tries, charged, waiting, went on; Perdure's own lines
+  // (if any at this level) parsed as well.
+  EXPECT_EQ(app_lines, 6);
+  (void)perdure_lines;
 }
 
 } // namespace

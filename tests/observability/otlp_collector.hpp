@@ -37,7 +37,10 @@ public:
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread{[this] { server_.listen_after_bind(); }};
-    // Bound already: a request before the thread accepts waits in the backlog.
+    // Running before anyone may stop it (a stop before the loop starts is
+    // lost, and the loop then runs for ever).
+    while (!server_.is_running())
+      std::this_thread::yield();
   }
 
   ~otlp_collector() {
