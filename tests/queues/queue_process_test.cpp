@@ -124,7 +124,9 @@ TEST_F(queue_process_test, two_processes_hold_the_rate_limit_by_start_time) {
   std::cout << "[ measured ] 40 starts after the first 20 took " << span
             << " ms: " << 40.0 * 1000 / std::max<double>(1, span)
             << "/s of 20/s" << std::endl;
-  EXPECT_LE(span, 40 * 1000 / 18) << "below 90 % of the limit";
+  // 75 % at least: a limiter that halves the rate fails, a loaded CI
+  // machine's late claim does not (the exact rate is the bench's).
+  EXPECT_LE(span, 40 * 1000 / 15) << "below 75 % of the limit";
 }
 
 TEST_F(queue_process_test, two_processes_hold_global_and_partition_concurrency) {

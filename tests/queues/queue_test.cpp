@@ -261,9 +261,12 @@ TEST_F(queue_test, the_rate_limit_holds_in_every_window_by_start_time) {
     EXPECT_LE(in_window, 20) << "starts in [" << times[i] << ", +1 s)";
   }
   EXPECT_LE(queues::stats(rt, "rated").recent_starts, 20);
-  // At least 90 % of the limit: the 40 after the first burst of 20.
+  // Not far below the limit: the 40 after the first burst of 20 at 75 %
+  // of it at least (a limiter that halves the rate fails; a loaded
+  // machine that delays a claim by 200 ms does not: the exact rate is
+  // the bench's to measure).
   auto span = times.back() - times.front();
-  EXPECT_LE(span, 40 * 1000 / 18) << "achieved "
+  EXPECT_LE(span, 40 * 1000 / 15) << "achieved "
                                   << 40.0 * 1000 / std::max<double>(1, span)
                                   << "/s of 20/s";
 }
