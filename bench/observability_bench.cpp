@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include "perdure/admin/endpoint.hpp"
@@ -71,7 +73,8 @@ config observed(const options& o, const test::database& db,
                 const null_collector* collector) {
   auto cfg = runtime_config(db);
   cfg.metrics = collector != nullptr;
-  if (collector)
+  auto* tracing = std::getenv("BENCH_TRACING"); // "0": metrics alone
+  if (collector && !(tracing && std::string_view{tracing} == "0"))
     cfg.span_sink = std::make_shared<telemetry::otlp_exporter>(
       telemetry::otlp_options{.endpoint = collector->endpoint()});
   (void)o;
