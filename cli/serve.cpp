@@ -29,7 +29,7 @@ void add_serve_command(CLI::App& app, context& ctx) {
   cmd->add_option("--listen", opts->listen,
                   "host:port (default 127.0.0.1:9464; port 0: any free one)");
   cmd->add_option("--token", opts->token,
-                  "Bearer token the actions require (default: "
+                  "Bearer token every /api request requires (default: "
                   "PERDURE_ADMIN_TOKEN; required off loopback)");
   cmd->callback([&ctx, opts] {
     admin::endpoint ep{ctx.client(), *opts};

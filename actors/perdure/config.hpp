@@ -131,8 +131,8 @@ struct config {
   /// Where `perdure::admin::endpoint` listens (`host:port`; port 0: any
   /// free one), e.g. `127.0.0.1:9464`; empty: the endpoint stays off.
   std::string admin_listen;
-  /// The bearer token the endpoint's actions (cancel, resume, ...)
-  /// require; empty: none, allowed only on a loopback address.
+  /// The bearer token every `/api` request of the endpoint (reads and
+  /// actions) requires; empty: none, allowed only on a loopback address.
   std::string admin_token;
 
   /// What `perdure::testing::check_crash_points` observes of a runtime:

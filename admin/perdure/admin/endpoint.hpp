@@ -17,8 +17,8 @@ namespace perdure::admin {
 struct endpoint_options {
   /// `host:port` (port 0: any free one); empty: `config::admin_listen`.
   std::string listen;
-  /// The bearer token actions require; empty: `config::admin_token`
-  /// (none at all: actions only on a loopback address).
+  /// The bearer token every `/api` request requires; empty:
+  /// `config::admin_token` (none at all: only on a loopback address).
   std::string token;
 };
 

@@ -33,6 +33,10 @@ std::string sqlite_path(const std::string& url) {
 perdure::client& context::client(bool migrate) {
   if (client_)
     return *client_;
+  // An operator's shell may carry OTEL_* for the applications: the CLI
+  // runs no workflows, so it exports no spans (and a malformed endpoint
+  // there is no reason for a command to fail).
+  setenv("OTEL_SDK_DISABLED", "true", 1);
   auto cfg = perdure::config::from_env();
   cfg.migrate_schema = migrate;
   if (!opts.database_url.empty())
