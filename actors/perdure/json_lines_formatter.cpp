@@ -1,8 +1,11 @@
 #include "perdure/json_lines_formatter.hpp"
 
+#include "perdure/telemetry/json_text.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <string>
 #include <string_view>
 
 namespace perdure {
@@ -14,25 +17,10 @@ void put(spdlog::memory_buf_t& out, std::string_view s) {
 }
 
 void put_string(spdlog::memory_buf_t& out, std::string_view s) {
-  out.push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': put(out, "\\\""); break;
-      case '\\': put(out, "\\\\"); break;
-      case '\n': put(out, "\\n"); break;
-      case '\r': put(out, "\\r"); break;
-      case '\t': put(out, "\\t"); break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          put(out, buf);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out.push_back('"');
+  thread_local std::string text; // reused: a line costs no allocation
+  text.clear();
+  telemetry::append_json_string(text, s);
+  put(out, text);
 }
 
 void put_field(spdlog::memory_buf_t& out, std::string_view key,
@@ -43,9 +31,18 @@ void put_field(spdlog::memory_buf_t& out, std::string_view key,
   put_string(out, value);
 }
 
+/// Whether `key` is one of the tags `ctx.log()` writes.
+bool known_tag(std::string_view key) {
+  for (auto k : {"run", "workflow", "step", "attempt", "executor", "version",
+                 "trace_id"})
+    if (key == k)
+      return true;
+  return false;
+}
+
 /// The tags of a `ctx.log()` line (`[k=v k=v ...] `) as fields; a word
-/// without `=` belongs to the value before it (`step=3 (charge)`).
-/// Returns what follows the tags.
+/// that does not start a known tag belongs to the value before it
+/// (`step=3 (charge)`, a step named `a=b`). Returns what follows the tags.
 std::string_view put_tags(spdlog::memory_buf_t& out, std::string_view text) {
   if (text.size() < 2 || text.front() != '[')
     return text;
@@ -53,8 +50,9 @@ std::string_view put_tags(spdlog::memory_buf_t& out, std::string_view text) {
   if (close == std::string_view::npos)
     return text;
   auto tags = text.substr(1, close - 1);
-  if (tags.find('=') == std::string_view::npos)
-    return text;
+  if (tags.find('=') == std::string_view::npos
+      || !known_tag(tags.substr(0, tags.find('='))))
+    return text; // not a ctx.log() line
   std::string_view key, value;
   auto flush = [&] {
     if (!key.empty())
@@ -65,7 +63,7 @@ std::string_view put_tags(spdlog::memory_buf_t& out, std::string_view text) {
     auto word = tags.substr(0, space);
     tags = space == std::string_view::npos ? "" : tags.substr(space + 1);
     auto eq = word.find('=');
-    if (eq == std::string_view::npos || eq == 0) {
+    if (eq == std::string_view::npos || !known_tag(word.substr(0, eq))) {
       if (!key.empty()) // extends the value: it is contiguous in `text`
         value = std::string_view{value.data(),
                                  static_cast<std::size_t>(

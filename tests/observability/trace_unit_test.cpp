@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 
 #include "perdure/telemetry/otlp.hpp"
 #include "perdure/telemetry/trace.hpp"
@@ -111,4 +113,42 @@ TEST(otlp_exporter, a_full_queue_drops_spans_and_never_blocks) {
 TEST(otlp_exporter, an_endpoint_that_is_not_a_url_is_refused) {
   EXPECT_THROW(otlp_exporter({.endpoint = "localhost:4318"}),
                std::invalid_argument);
+}
+
+TEST(otlp_json, any_bytes_make_valid_json) {
+  span s;
+  s.context = {random_trace_id(), random_span_id()};
+  s.name = std::string{"bad \xff\xfe utf-8 \xe2\x82"} + "\x01";
+  s.attributes = {{"nan", std::nan("")}, {"inf", 1.0 / 0.0}};
+  auto doc = nlohmann::json::parse(otlp_json({s}, "svc"));
+  auto& j = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+  EXPECT_EQ(j["name"], "bad \xEF\xBF\xBD\xEF\xBF\xBD utf-8 \xEF\xBF\xBD"
+                       "\xEF\xBF\xBD\x01");
+  EXPECT_EQ(j["attributes"][0]["value"]["stringValue"], "NaN");
+  EXPECT_EQ(j["attributes"][1]["value"]["stringValue"], "+Inf");
+}
+
+TEST(otlp_exporter, the_environment_is_read_as_the_sdks_read_it) {
+  setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/", 1);
+  setenv("OTEL_SERVICE_NAME", "checkout", 1);
+  setenv("OTEL_EXPORTER_OTLP_HEADERS",
+         "Authorization=Basic%20dXNlcjpwdw==,x-team = pay", 1);
+  setenv("OTEL_BSP_SCHEDULE_DELAY", "250", 1);
+  auto e = otlp_exporter::from_env();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->options().endpoint, "http://collector:4318/v1/traces");
+  EXPECT_EQ(e->options().service_name, "checkout");
+  ASSERT_EQ(e->options().headers.size(), 2u);
+  EXPECT_EQ(e->options().headers[0].second, "Basic dXNlcjpwdw==");
+  EXPECT_EQ(e->options().headers[1].first, "x-team");
+  EXPECT_EQ(e->options().flush_every, 250ms);
+  setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", 1);
+  EXPECT_THROW(otlp_exporter::from_env(), std::invalid_argument);
+  setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", 1);
+  setenv("OTEL_TRACES_EXPORTER", "none", 1);
+  EXPECT_FALSE(otlp_exporter::from_env());
+  for (auto v : {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
+                 "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_BSP_SCHEDULE_DELAY",
+                 "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER"})
+    unsetenv(v);
 }

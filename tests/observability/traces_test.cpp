@@ -151,13 +151,28 @@ TEST_F(traces_test, a_collector_that_is_down_loses_no_run) {
   EXPECT_GE(t.failed_requests, 1u);
 }
 
+/// Sets environment variables for the processes a test starts, and unsets
+/// them however the test ends.
+struct env_for_children {
+  std::vector<std::string> names;
+  void set(const std::string& name, const std::string& value) {
+    setenv(name.c_str(), value.c_str(), 1);
+    names.push_back(name);
+  }
+  ~env_for_children() {
+    for (auto& n : names)
+      unsetenv(n.c_str());
+  }
+};
+
 TEST_F(traces_test, a_trace_survives_a_sigkill_and_a_takeover) {
   if (!db_.postgres)
     GTEST_SKIP() << "SQLite runs one runtime per file";
   client{db_.runtime_config("setup")};
-  setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector_.endpoint().c_str(), 1);
-  setenv("OTEL_SERVICE_NAME", "traced-worker", 1);
-  setenv("OTEL_BSP_SCHEDULE_DELAY", "100", 1);
+  env_for_children env;
+  env.set("OTEL_EXPORTER_OTLP_ENDPOINT", collector_.endpoint());
+  env.set("OTEL_SERVICE_NAME", "traced-worker");
+  env.set("OTEL_BSP_SCHEDULE_DELAY", "100");
   auto worker = [&](const std::string& executor, const std::string& mode) {
     auto w = std::make_unique<test::child_process>(std::vector<std::string>{
       PERDURE_TRACED_WORKER, db_.url, db_.schema, executor, mode});
@@ -176,11 +191,17 @@ TEST_F(traces_test, a_trace_survives_a_sigkill_and_a_takeover) {
   a->sigkill();
   auto b = worker("b", "run");
   EXPECT_EQ(h.get(60s), "done");
+  // Everything b reports of the run: its attempt, the child's and the
+  // call's attempts, and the steps of all three.
   ASSERT_TRUE(test::eventually(
-    [&] { return !collector_.named("step notify").empty()
-                 && !collector_.named("run order").empty(); },
+    [&] {
+      for (auto name : {"run order", "step notify", "run ship", "step label",
+                        "run account/add"})
+        if (collector_.named(name).empty())
+          return false;
+      return true;
+    },
     10s));
-  std::this_thread::sleep_for(300ms); // anything more b would send
   check_order_trace(true);
   // a's attempt never ended (no span); b's is linked to it, and b replayed
   // reserve without a span of its own.
@@ -192,16 +213,16 @@ TEST_F(traces_test, a_trace_survives_a_sigkill_and_a_takeover) {
     << "the new attempt links to the attempt that ran reserve";
   EXPECT_NE(attempt.span_id, reserve.parent_span_id);
   EXPECT_EQ(one("step charge").parent_span_id, attempt.span_id);
-  unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
-  unsetenv("OTEL_SERVICE_NAME");
-  unsetenv("OTEL_BSP_SCHEDULE_DELAY");
 }
 
 TEST_F(traces_test, a_queue_item_enqueued_in_a_step_joins_its_trace) {
   auto spans = exporter(collector_.endpoint() + "/v1/traces");
   auto cfg = db_.runtime_config("traces-rt");
   cfg.span_sink = spans;
-  runtime rt{cfg};
+  // Stopped before the flush: an attempt's span ends with its actor,
+  // which may be after its end was committed (and the handle returned).
+  auto rt_owner = std::make_unique<runtime>(cfg);
+  auto& rt = *rt_owner;
   queues::register_queue(rt, "mail", {});
   rt.register_workflow("send", [](workflow_context& ctx) -> task<int> {
     co_return co_await ctx.step("deliver", [] { return 1; });
@@ -216,6 +237,7 @@ TEST_F(traces_test, a_queue_item_enqueued_in_a_step_joins_its_trace) {
   rt.start();
   rt.start_workflow<int>("signup", {.traceparent = starter}).get(30s);
   rt.retrieve_workflow<int>("mail-1").get(30s);
+  rt_owner.reset();
   spans->flush();
   auto enqueue = one("step enqueue");
   auto item = one("run send");

@@ -1,6 +1,9 @@
 #include "perdure/telemetry/otlp.hpp"
+#include "perdure/telemetry/json_text.hpp"
 
 #include <httplib.h>
+
+#include <cmath>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,25 +15,7 @@ namespace perdure::telemetry {
 namespace {
 
 void escape(std::string& out, std::string_view s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c); // UTF-8 passes through
-        }
-    }
-  }
-  out += '"';
+  append_json_string(out, s);
 }
 
 void write_value(std::string& out, const attribute_value& v) {
@@ -39,7 +24,11 @@ void write_value(std::string& out, const attribute_value& v) {
     escape(out, *s);
   } else if (auto* i = std::get_if<std::int64_t>(&v)) {
     out += "{\"intValue\":\"" + std::to_string(*i) + "\""; // int64: a string
-  } else if (auto* d = std::get_if<double>(&v)) {
+  } else if (auto* d = std::get_if<double>(&v); d && !std::isfinite(*d)) {
+    // JSON has no NaN or infinity: the value as text.
+    out += "{\"stringValue\":";
+    escape(out, std::isnan(*d) ? "NaN" : *d > 0 ? "+Inf" : "-Inf");
+  } else if (d) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.17g", *d);
     out += "{\"doubleValue\":";
@@ -101,7 +90,31 @@ void write_span(std::string& out, const span& s) {
   out += '}';
 }
 
-/// `k=v,k=v` (the OTEL_* list format; values are not percent-decoded).
+/// `%XX` decoded (the OTEL_* list format's values are percent-encoded:
+/// `Authorization=Basic%20...`).
+std::string percent_decoded(std::string_view s) {
+  auto digit = [](char c) {
+    if (c >= '0' && c <= '9')
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+      return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && digit(s[i + 1]) >= 0 && digit(s[i + 2]) >= 0) {
+      out += static_cast<char>(digit(s[i + 1]) * 16 + digit(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+/// `k=v,k=v` (the OTEL_* list format), values percent-decoded.
 std::vector<std::pair<std::string, std::string>> pairs(const char* text) {
   std::vector<std::pair<std::string, std::string>> out;
   std::string_view rest = text ? text : "";
@@ -119,7 +132,8 @@ std::vector<std::pair<std::string, std::string>> pairs(const char* text) {
         s.remove_suffix(1);
       return std::string{s};
     };
-    out.emplace_back(trim(item.substr(0, eq)), trim(item.substr(eq + 1)));
+    out.emplace_back(trim(item.substr(0, eq)),
+                     percent_decoded(trim(item.substr(eq + 1))));
   }
   return out;
 }
@@ -184,6 +198,7 @@ void otlp_exporter::on_end(span s) noexcept {
       return;
     }
     queue_.push_back(std::move(s));
+    ++queued_total_;
     if (queue_.size() < opts_.max_batch)
       return; // sent when the interval is up
   } catch (...) {
@@ -195,9 +210,10 @@ void otlp_exporter::on_end(span s) noexcept {
 
 void otlp_exporter::flush() {
   std::unique_lock guard{mtx_};
-  auto ticket = ++flush_asked_;
+  auto target = queued_total_;
+  flush_to_ = std::max(flush_to_, target);
   wake_.notify_one();
-  sent_.wait(guard, [&] { return flush_done_ >= ticket || stopping_; });
+  sent_.wait(guard, [&] { return taken_total_ >= target || stopping_; });
 }
 
 otlp_exporter::counts otlp_exporter::totals() const noexcept {
@@ -212,10 +228,9 @@ void otlp_exporter::run() {
   for (;;) {
     auto due = std::max(clock::now() + opts_.flush_every, retry_at);
     wake_.wait_until(guard, due, [&] {
-      return stopping_ || flush_asked_ > flush_done_
+      return stopping_ || flush_to_ > taken_total_
              || (queue_.size() >= opts_.max_batch && clock::now() >= retry_at);
     });
-    auto flushing = flush_asked_;
     // What is queued goes, batch by batch. A failed request drops its
     // batch and gives the collector time (doubling, up to 30 s) before the
     // next; meanwhile spans wait in the queue, and beyond its bound are
@@ -231,6 +246,8 @@ void otlp_exporter::run() {
       guard.unlock();
       auto ok = send(batch);
       guard.lock();
+      taken_total_ += n;
+      sent_.notify_all();
       if (ok) {
         exported_.fetch_add(batch.size());
         backoff = std::chrono::milliseconds{0};
@@ -244,12 +261,20 @@ void otlp_exporter::run() {
       retry_at = clock::now() + backoff;
       break;
     }
-    flush_done_ = flushing;
-    sent_.notify_all();
     if (stopping_) {
       dropped_.fetch_add(queue_.size()); // one failure at the end is enough
+      taken_total_ += queue_.size();
       queue_.clear();
+      sent_.notify_all();
       return;
+    }
+    if (!queue_.empty() && flush_to_ > taken_total_) {
+      // A flush after a failure: what it waits for is dropped, not held
+      // for the backoff (a flush returns).
+      dropped_.fetch_add(queue_.size());
+      taken_total_ += queue_.size();
+      queue_.clear();
+      sent_.notify_all();
     }
   }
 }
@@ -277,6 +302,14 @@ std::shared_ptr<otlp_exporter> otlp_exporter::from_env() {
   if (env("OTEL_SDK_DISABLED") == "true"
       || env("OTEL_TRACES_EXPORTER") == "none")
     return nullptr;
+  auto protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL");
+  if (protocol.empty())
+    protocol = env("OTEL_EXPORTER_OTLP_PROTOCOL");
+  if (!protocol.empty() && protocol != "http/json")
+    throw std::invalid_argument(
+      "OTEL_EXPORTER_OTLP_PROTOCOL is '" + protocol
+      + "': Perdure's exporter speaks http/json only; set it to http/json "
+        "and point the endpoint at a collector's OTLP/HTTP port (4318)");
   otlp_options opts;
   opts.endpoint = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
   if (opts.endpoint.empty()) {

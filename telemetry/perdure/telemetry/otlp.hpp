@@ -98,9 +98,11 @@ private:
   std::condition_variable sent_;
   std::deque<span> queue_;
   bool stopping_ = false;
-  /// Flushes asked for and done (a flush waits for its number).
-  std::uint64_t flush_asked_ = 0;
-  std::uint64_t flush_done_ = 0;
+  /// Spans queued and spans taken off the queue (sent or dropped) so far:
+  /// a flush waits until what was queued when it was asked is taken.
+  std::uint64_t queued_total_ = 0;
+  std::uint64_t taken_total_ = 0;
+  std::uint64_t flush_to_ = 0;
   std::atomic<std::uint64_t> exported_{0};
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<std::uint64_t> failed_{0};

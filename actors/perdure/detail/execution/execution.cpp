@@ -105,7 +105,11 @@ void execution::on_host_failure() {
 execution::execution() = default;
 
 execution::~execution() {
-  if (!trace_ || !rt || !rt->cfg.span_sink)
+  if (!trace_)
+    return;
+  if (end_known_)
+    run_trace::forget(run_id_); // no later activation to number
+  if (!rt || !rt->cfg.span_sink || !trace_->sampled())
     return;
   // An attempt ends here however it ends: the run's end, passivation, a
   // release, a stop. (A killed process reports nothing: the next
@@ -141,7 +145,8 @@ bool traced(persistence::entry_kind kind) {
 } // namespace
 
 void execution::open_op_span() {
-  if (!rt->cfg.span_sink || !traced(op->kind) || find_recorded(op->seq))
+  if (!rt->cfg.span_sink || !trace_->sampled() || !traced(op->kind)
+      || find_recorded(op->seq))
     return; // replayed: it ran before, and reported then
   close_op_span(std::nullopt, true);
   op_span_seq_ = op->seq;
@@ -253,7 +258,6 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
   op = std::make_unique<operation>(std::move(next));
   waiting = h;
   attempt = 0;
-  open_op_span();
   recording = false;
   check_again = false;
   // A saga asked to cancel observes it here, at its next operation (its
@@ -279,6 +283,8 @@ void execution::perform(operation next, std::coroutine_handle<> h) {
       return;
     }
   }
+  // Past the cancellation and the carried result: the operation runs.
+  open_op_span();
   switch (op->kind) {
     case persistence::entry_kind::step:
     case persistence::entry_kind::transaction:

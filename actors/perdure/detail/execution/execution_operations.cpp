@@ -38,7 +38,8 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
                       const persistence::fence& fence,
                       const transaction_body& body,
                       persistence::entry_kind kind, bool own_row,
-                      runtime_services* rt) {
+                      runtime_services* rt,
+                      const telemetry::span_context& span) {
   auto is_event = kind == persistence::entry_kind::event
                   || kind == persistence::entry_kind::phase;
   auto send_failure = [&](persistence::outcome o, const char* what) {
@@ -67,6 +68,8 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
           ~in_body() { running_transaction = outer; }
           const persistence::journal_entry* outer;
         } body_scope{checkpoint};
+        // What the body stages or starts joins the operation's span.
+        current_span_scope span_scope{span};
         return body(s);
       });
     });
@@ -130,8 +133,10 @@ void execution::dispatch() {
   auto own_row = kind == persistence::entry_kind::event;
   auto& executor = own_row ? *rt->control : *steps_;
   executor.post([me = mailbox_, seq, checkpoint, fence = owner(),
-                 body = op->tx_body, kind, own_row, rt = rt] {
-    write_checkpoint(me, seq, checkpoint, fence, body, kind, own_row, rt);
+                 body = op->tx_body, kind, own_row, rt = rt,
+                 span = trace_->operation(seq)] {
+    write_checkpoint(me, seq, checkpoint, fence, body, kind, own_row, rt,
+                     span);
   });
 }
 

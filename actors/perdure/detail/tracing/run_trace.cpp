@@ -1,5 +1,9 @@
 #include "perdure/detail/tracing/run_trace.hpp"
 
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
 #include "perdure/error.hpp"
 #include "perdure/persistence/records.hpp"
 
@@ -9,8 +13,38 @@ namespace {
 
 thread_local std::optional<telemetry::span_context> running_in;
 
-telemetry::span_id attempt_id(const std::string& run, std::int64_t epoch) {
-  return telemetry::derived_span_id(run + "\x1f" + std::to_string(epoch));
+std::string activation_key(const std::string& run, std::int64_t epoch,
+                           std::int64_t activation) {
+  auto key = run + "\x1f" + std::to_string(epoch);
+  if (activation > 0)
+    key += "\x1f" + std::to_string(activation);
+  return key;
+}
+
+telemetry::span_id attempt_id(const std::string& run, std::int64_t epoch,
+                              std::int64_t activation) {
+  return telemetry::derived_span_id(activation_key(run, epoch, activation));
+}
+
+/// Per run, the epoch it was last activated at here and how many times.
+struct activations {
+  std::mutex mtx;
+  std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> of;
+
+  std::int64_t next(const std::string& run, std::int64_t epoch) {
+    std::lock_guard guard{mtx};
+    auto [it, fresh] = of.try_emplace(run, epoch, 0);
+    if (fresh || it->second.first != epoch) {
+      it->second = {epoch, 0};
+      return 0;
+    }
+    return ++it->second.second;
+  }
+};
+
+activations& counted() {
+  static activations a;
+  return a;
 }
 
 } // namespace
@@ -25,22 +59,34 @@ run_trace::run_trace(const persistence::run_record& run)
   } else {
     attempt_.trace = telemetry::derived_trace_id(run.id);
   }
-  attempt_.span = attempt_id(run.id, epoch_);
-  // A run that had an attempt cut short (a crash, a takeover) links this
-  // one to the attempt before: every claim moves the epoch on by one, so
-  // that attempt ran at the epoch before this one's.
-  if (run.recovery_attempts > 0 && epoch_ > 0)
+  activation_ = counted().next(run.id, epoch_);
+  attempt_.span = attempt_id(run.id, epoch_, activation_);
+  // A woken run links to its activation before passivation; a run that had
+  // an attempt cut short (a crash, a takeover) to the first activation at
+  // the epoch before (a claim moves the epoch on by one).
+  if (activation_ > 0)
+    previous_ = telemetry::span_context{
+      attempt_.trace, attempt_id(run.id, epoch_, activation_ - 1),
+      attempt_.flags};
+  else if (run.recovery_attempts > 0 && epoch_ > 0)
     previous_ = telemetry::span_context{attempt_.trace,
-                                        attempt_id(run.id, epoch_ - 1),
+                                        attempt_id(run.id, epoch_ - 1, 0),
                                         attempt_.flags};
   trace_hex_ = telemetry::hex(attempt_.trace);
 }
 
 telemetry::span_context run_trace::operation(std::int32_t seq) const {
   return {attempt_.trace,
-          telemetry::derived_span_id(run_id_ + "\x1e" + std::to_string(seq)
-                                     + "\x1f" + std::to_string(epoch_)),
+          telemetry::derived_span_id(
+            std::to_string(seq) + "\x1e"
+            + activation_key(run_id_, epoch_, activation_)),
           attempt_.flags};
+}
+
+void run_trace::forget(const std::string& run_id) {
+  auto& a = counted();
+  std::lock_guard guard{a.mtx};
+  a.of.erase(run_id);
 }
 
 telemetry::span
@@ -56,8 +102,10 @@ run_trace::attempt_span(std::string name,
   s.end_ns = telemetry::now_ns();
   s.attributes = std::move(attributes);
   if (previous_)
-    s.links.push_back(
-      {*previous_, {{"perdure.link", std::string{"previous_attempt"}}}});
+    s.links.push_back({*previous_,
+                       {{"perdure.link", std::string{activation_ > 0
+                                                       ? "previous_activation"
+                                                       : "previous_attempt"}}}});
   s.error = std::move(error);
   return s;
 }

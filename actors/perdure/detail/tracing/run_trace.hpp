@@ -4,10 +4,11 @@
 // in (`runs.traceparent`: its starter's span, or the span of the operation
 // of the run that started it); without one, its trace id is derived from
 // its id, so every process and every attempt agree on it. Span ids are
-// derived too (an attempt's from the run and its epoch, an operation's
-// from the run, its journal index and the epoch): a child's traceparent is
-// known before its span ends, and an attempt can link to the one before
-// it, which died with its process and never reported.
+// derived too, from the run, its epoch and the activation's number at that
+// epoch (a run woken from passivation keeps its epoch: it is the next
+// activation there): a child's traceparent is known before its span ends,
+// and an attempt can link to the one before it, which may have died with
+// its process and never reported.
 
 #include <cstdint>
 #include <optional>
@@ -33,6 +34,12 @@ public:
   const telemetry::span_context& attempt() const noexcept { return attempt_; }
   /// The trace id in hex, for log lines.
   const std::string& trace_hex() const noexcept { return trace_hex_; }
+  /// Whether its spans are recorded (W3C's sampled flag; a starter that
+  /// does not sample its trace gets no spans, and neither do its runs').
+  bool sampled() const noexcept { return (attempt_.flags & 1) != 0; }
+
+  /// The run ended: the activations counted for it here are forgotten.
+  static void forget(const std::string& run_id);
 
   /// The span of the live operation at journal index `seq`.
   telemetry::span_context operation(std::int32_t seq) const;
@@ -51,6 +58,10 @@ public:
 private:
   std::string run_id_;
   std::int64_t epoch_ = 0;
+  /// Activations of the run at this epoch in this process before this one
+  /// (only a wake from passivation keeps the epoch, and only the process
+  /// that owns the run wakes it).
+  std::int64_t activation_ = 0;
   telemetry::span_id parent_{}; // the starter's span (zero: a root)
   telemetry::span_context attempt_;
   std::optional<telemetry::span_context> previous_;
