@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 
 #include "perdure/telemetry/otlp.hpp"
@@ -119,7 +120,7 @@ TEST(otlp_json, any_bytes_make_valid_json) {
   span s;
   s.context = {random_trace_id(), random_span_id()};
   s.name = std::string{"bad \xff\xfe utf-8 \xe2\x82"} + "\x01";
-  s.attributes = {{"nan", std::nan("")}, {"inf", 1.0 / 0.0}};
+  s.attributes = {{"nan", std::nan("")}, {"inf", std::numeric_limits<double>::infinity()}};
   auto doc = nlohmann::json::parse(otlp_json({s}, "svc"));
   auto& j = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
   EXPECT_EQ(j["name"], "bad \xEF\xBF\xBD\xEF\xBF\xBD utf-8 \xEF\xBF\xBD"
