@@ -185,10 +185,11 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   system_ = std::make_unique<caf::actor_system>(*system_cfg_);
   forget_caf_logger();
   timers_ = std::make_unique<timer_service>(clock_, [this](const timer& t) {
-    if (cfg.metrics)
+    // A timer armed "due at once" (a minimal due time) is no lateness, and
+    // its difference with now would overflow.
+    if (auto now = clock_->now_ms(); cfg.metrics && t.due_ms > 0)
       metrics_.timer_lateness.observe(
-      static_cast<double>(std::max<std::int64_t>(0, clock_->now_ms() - t.due_ms))
-      / 1000.0);
+        now > t.due_ms ? static_cast<double>(now - t.due_ms) / 1000.0 : 0.0);
     if (t.seq != deadline_seq) {
       launcher_.wake(t.run_id, t.seq);
       return;
