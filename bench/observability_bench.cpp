@@ -13,14 +13,13 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <string_view>
-#include <thread>
 
 #include "perdure/admin/endpoint.hpp"
 #include "perdure/perdure.hpp"
 #include "perdure/telemetry/otlp.hpp"
+#include "support/loopback_server.hpp"
 #include "support/test_support.hpp"
 
 namespace perdure::bench {
@@ -38,32 +37,17 @@ task<int> steps_of(workflow_context& ctx, int steps) {
 /// process is the exporter's work, measured here, not the collector's).
 class null_collector {
 public:
-  null_collector() {
-    server_.Post("/v1/traces",
-                 [this](const httplib::Request& req, httplib::Response& res) {
-                   bytes_ += req.body.size();
-                   res.set_content("{}", "application/json");
-                 });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread{[this] { server_.listen_after_bind(); }};
-    // Running before anyone may stop it (a stop before the loop starts is
-    // lost, and the loop then runs for ever).
-    while (!server_.is_running())
-      std::this_thread::yield();
-  }
-  ~null_collector() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string endpoint() const {
-    return "http://127.0.0.1:" + std::to_string(port_) + "/v1/traces";
-  }
+  null_collector()
+    : server_([](httplib::Server& s) {
+        s.Post("/v1/traces", [](const httplib::Request&,
+                                httplib::Response& res) {
+          res.set_content("{}", "application/json");
+        });
+      }) {}
+  std::string endpoint() const { return server_.base_url() + "/v1/traces"; }
 
 private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::atomic<std::size_t> bytes_{0};
-  std::thread thread_;
+  test::loopback_server server_;
 };
 
 std::uint64_t spans_exported = 0;

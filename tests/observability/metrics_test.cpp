@@ -206,4 +206,48 @@ TEST_F(metrics_test, the_endpoint_serves_prometheus_text) {
   EXPECT_EQ(said, "") << said;
 }
 
+TEST_F(metrics_test, a_transactional_step_counts_as_a_step) {
+  auto rt = make();
+  rt->register_workflow("ledger", [](workflow_context& ctx) -> task<int> {
+    co_return co_await ctx.transaction("post", [](sql_session&) { return 3; });
+  });
+  rt->start();
+  EXPECT_EQ(rt->start_workflow<int>("ledger").get(30s), 3);
+  auto snap = rt->metrics();
+  EXPECT_EQ(value_of(snap, "perdure_steps_total", {"ledger", "ok"}), 1);
+  EXPECT_EQ(value_of(snap, "perdure_step_duration_seconds", {"ledger"}), 1);
+}
+
+TEST_F(metrics_test, a_cancel_that_refuses_a_write_is_no_fenced_write) {
+  auto rt = make();
+  // The step cancels its own run: the step's write then finds the row
+  // ended (most often before the cancel's notice reaches the run).
+  rt->register_workflow("self_cancel", [&rt](workflow_context& ctx)
+                                           -> task<int> {
+    auto id = ctx.workflow_id();
+    co_return co_await ctx.step("cancel", [&rt, id] {
+      rt->cancel(id);
+      return 1;
+    });
+  });
+  rt->start();
+  for (int i = 0; i < 5; ++i) {
+    auto h = rt->start_workflow<int>("self_cancel");
+    EXPECT_THROW(h.get(30s), std::exception);
+  }
+  auto snap = rt->metrics();
+  for (int i = 0; i < 200; ++i) { // counted when the row has been read
+    if (value_of(snap, "perdure_runs_ended_total",
+                 {"self_cancel", "CANCELLED"}) == 5)
+      break;
+    std::this_thread::sleep_for(10ms);
+    snap = rt->metrics();
+  }
+  EXPECT_EQ(value_of(snap, "perdure_fenced_writes_total"), 0)
+    << "a client's cancel counted as a fence";
+  EXPECT_EQ(value_of(snap, "perdure_runs_ended_total",
+                     {"self_cancel", "CANCELLED"}),
+            5);
+}
+
 } // namespace

@@ -3,14 +3,14 @@
 // A collector of the tests' own: an HTTP server on loopback that takes
 // OTLP/HTTP JSON (POST /v1/traces) and keeps the spans it was sent.
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "support/loopback_server.hpp"
 
 namespace perdure::test {
 
@@ -23,35 +23,23 @@ struct received_span {
 
 class otlp_collector {
 public:
-  otlp_collector() {
-    server_.Post("/v1/traces", [this](const httplib::Request& req,
-                                      httplib::Response& res) {
-      try {
-        take(nlohmann::json::parse(req.body));
-        res.set_content("{}", "application/json");
-      } catch (const std::exception& ex) {
-        res.status = 400;
-        std::lock_guard guard{mtx_};
-        malformed_.push_back(ex.what());
-      }
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread{[this] { server_.listen_after_bind(); }};
-    // Running before anyone may stop it (a stop before the loop starts is
-    // lost, and the loop then runs for ever).
-    while (!server_.is_running())
-      std::this_thread::yield();
-  }
-
-  ~otlp_collector() {
-    server_.stop();
-    thread_.join();
-  }
+  otlp_collector()
+    : server_([this](httplib::Server& s) {
+        s.Post("/v1/traces", [this](const httplib::Request& req,
+                                    httplib::Response& res) {
+          try {
+            take(nlohmann::json::parse(req.body));
+            res.set_content("{}", "application/json");
+          } catch (const std::exception& ex) {
+            res.status = 400;
+            std::lock_guard guard{mtx_};
+            malformed_.push_back(ex.what());
+          }
+        });
+      }) {}
 
   /// The base URL, as OTEL_EXPORTER_OTLP_ENDPOINT takes it.
-  std::string endpoint() const {
-    return "http://127.0.0.1:" + std::to_string(port_);
-  }
+  std::string endpoint() const { return server_.base_url(); }
 
   std::vector<received_span> spans() const {
     std::lock_guard guard{mtx_};
@@ -105,12 +93,10 @@ private:
     spans_.insert(spans_.end(), got.begin(), got.end());
   }
 
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
   mutable std::mutex mtx_;
   std::vector<received_span> spans_;
   std::vector<std::string> malformed_;
+  loopback_server server_; // last: stopped before what its handler uses
 };
 
 } // namespace perdure::test

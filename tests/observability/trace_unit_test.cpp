@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "perdure/telemetry/otlp.hpp"
+#include "perdure/telemetry/percent_decoding.hpp"
 #include "perdure/telemetry/trace.hpp"
 
 using namespace perdure::telemetry;
@@ -52,6 +53,18 @@ TEST(trace_context, derived_ids_agree_everywhere_and_differ_by_text) {
   EXPECT_NE(derived_span_id("run-1:3"), derived_span_id("run-1:4"));
   EXPECT_NE(random_span_id(), random_span_id());
   EXPECT_TRUE((span_context{random_trace_id(), random_span_id()}).valid());
+}
+
+TEST(percent_decoding, escapes_are_decoded_and_the_rest_kept) {
+  using telemetry::percent_decoded;
+  EXPECT_EQ(percent_decoded("Basic%20dXNlcjpwdw=="), "Basic dXNlcjpwdw==");
+  EXPECT_EQ(percent_decoded("order%2f7%2F8"), "order/7/8");
+  EXPECT_EQ(percent_decoded("%41%4a%4A"), "AJJ");
+  // Not an escape: kept as written.
+  EXPECT_EQ(percent_decoded("50%"), "50%");
+  EXPECT_EQ(percent_decoded("%4"), "%4");
+  EXPECT_EQ(percent_decoded("%zz%"), "%zz%");
+  EXPECT_EQ(percent_decoded(""), "");
 }
 
 TEST(otlp_json, spans_are_encoded_as_the_specification_asks) {

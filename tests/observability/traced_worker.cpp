@@ -6,7 +6,6 @@
 //
 //   perdure-traced-worker <url> <schema> <executor> <hang|run>
 
-#include <signal.h>
 
 #include <chrono>
 #include <iostream>
@@ -16,6 +15,7 @@
 #include "observability/traced_order.hpp"
 #include "perdure/perdure.hpp"
 #include "perdure/telemetry/otlp.hpp"
+#include "support/sigterm_wait.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -36,10 +36,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool hang = std::string{argv[4]} == "hang";
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &term, nullptr);
+  test::sigterm_wait term; // before the runtime's threads start
   runtime rt{cfg};
   test::register_traced_order(rt, [hang] {
     if (!hang)
@@ -50,8 +47,7 @@ int main(int argc, char** argv) {
   });
   rt.start();
   std::cout << "READY" << std::endl;
-  int sig = 0;
-  sigwait(&term, &sig);
+  term.wait();
   rt.stop();
   std::cout << "STOPPED" << std::endl;
   return 0;

@@ -15,7 +15,9 @@
 
 #include "observability/otlp_collector.hpp"
 #include "observability/traced_order.hpp"
+#include "perdure/detail/tracing/run_trace.hpp"
 #include "perdure/perdure.hpp"
+#include "perdure/persistence/records.hpp"
 #include "perdure/queues/queue.hpp"
 #include "perdure/telemetry/otlp.hpp"
 #include "support/child_process.hpp"
@@ -88,6 +90,26 @@ protected:
   std::unique_ptr<test::sql_client> sql_;
   test::otlp_collector collector_;
 };
+
+TEST(run_trace_ids, each_operation_of_each_activation_has_its_own_span) {
+  persistence::run_record run;
+  run.id = "ids-run";
+  run.owner.epoch = 3;
+  std::set<std::string> ids;
+  for (int activation = 0; activation < 3; ++activation) {
+    detail::run_trace trace{run, /*reporting=*/true};
+    ids.insert(telemetry::hex(trace.attempt().span));
+    for (std::int32_t seq = 0; seq < 2000; ++seq) {
+      auto op = trace.operation(seq);
+      EXPECT_EQ(op.trace, trace.trace());
+      EXPECT_EQ(trace.operation(seq).span, op.span) << "derived: stable";
+      ids.insert(telemetry::hex(op.span));
+    }
+  }
+  detail::run_trace{run, true}.forget();
+  EXPECT_EQ(ids.size(), 3u * 2001u) << "two operations share a span id";
+  EXPECT_EQ(ids.count("0000000000000000"), 0u);
+}
 
 TEST_F(traces_test, one_trace_runs_from_the_starter_through_children_and_calls) {
   auto spans = exporter(collector_.endpoint() + "/v1/traces");
@@ -244,6 +266,108 @@ TEST_F(traces_test, a_queue_item_enqueued_in_a_step_joins_its_trace) {
   EXPECT_EQ(item.trace_id, starter_trace);
   EXPECT_EQ(item.parent_span_id, enqueue.span_id)
     << "the item's run is a child of the step that enqueued it";
+}
+
+TEST_F(traces_test, a_queue_item_staged_in_a_transaction_joins_its_trace) {
+  auto spans = exporter(collector_.endpoint() + "/v1/traces");
+  auto cfg = db_.runtime_config("traces-rt");
+  cfg.span_sink = spans;
+  auto rt_owner = std::make_unique<runtime>(cfg);
+  auto& rt = *rt_owner;
+  queues::register_queue(rt, "mail", {});
+  rt.register_workflow("send", [](workflow_context& ctx, int n) -> task<int> {
+    co_return co_await ctx.step("deliver", [n] { return n; });
+  });
+  rt.register_workflow("signup", [](workflow_context& ctx) -> task<int> {
+    co_await ctx.transaction("stage", [&](sql_session& s) {
+      queues::enqueue(s, "mail", "send", 1, {.id = "mail-2"});
+      return 0;
+    });
+    co_return 0;
+  });
+  rt.start();
+  rt.start_workflow<int>("signup", {.traceparent = starter}).get(30s);
+  EXPECT_EQ(rt.retrieve_workflow<int>("mail-2").get(30s), 1);
+  rt_owner.reset();
+  spans->flush();
+  auto stage = one("step stage");
+  EXPECT_EQ(stage.trace_id, starter_trace);
+  auto item = one("run send");
+  EXPECT_EQ(item.trace_id, starter_trace);
+  EXPECT_EQ(item.parent_span_id, stage.span_id)
+    << "the staged item's run is a child of the transaction that staged it";
+}
+
+TEST_F(traces_test, a_trace_its_starter_did_not_sample_reports_no_spans) {
+  auto spans = exporter(collector_.endpoint() + "/v1/traces");
+  auto cfg = db_.runtime_config("traces-rt");
+  cfg.span_sink = spans;
+  const std::string quiet_trace = "5bf92f3577b34da6a3ce929d0e0e4737";
+  auto unsampled = "00-" + quiet_trace + "-" + starter_span + "-00";
+  {
+    runtime rt{cfg};
+    test::register_traced_order(rt, [] {});
+    rt.start();
+    EXPECT_EQ(rt.start_workflow<std::string>(
+                  "order", {.id = "quiet", .traceparent = unsampled})
+                .get(30s),
+              "done");
+    // A sampled run beside it reports (the exporter works).
+    EXPECT_EQ(rt.start_workflow<std::string>(
+                  "order", {.id = "loud", .traceparent = starter})
+                .get(30s),
+              "done");
+  }
+  spans->flush();
+  // The flag is kept with the run and handed on: its child stays unsampled.
+  EXPECT_EQ(sql_->scalar("SELECT COUNT(*) FROM " + sql_->table("runs")
+                         + " WHERE parent_id = 'quiet' AND traceparent LIKE "
+                           "'%-00'"),
+            "2");
+  std::size_t of_quiet = 0, of_loud = 0;
+  for (auto& s : collector_.spans()) {
+    of_quiet += s.trace_id == quiet_trace;
+    of_loud += s.trace_id == starter_trace;
+  }
+  EXPECT_EQ(of_quiet, 0u) << "spans of a run whose trace was not sampled";
+  EXPECT_GT(of_loud, 0u);
+}
+
+TEST_F(traces_test, a_run_woken_from_passivation_links_to_its_activation_before) {
+  auto spans = exporter(collector_.endpoint() + "/v1/traces");
+  auto cfg = db_.runtime_config("traces-rt");
+  cfg.span_sink = spans;
+  cfg.passivate_after = 50ms;
+  {
+    runtime rt{cfg};
+    rt.register_workflow("nap", [](workflow_context& ctx) -> task<int> {
+      co_await ctx.step("before", [] { return 1; });
+      co_await ctx.sleep(1500ms); // passivated meanwhile
+      co_return co_await ctx.step("after", [] { return 2; });
+    });
+    rt.start();
+    EXPECT_EQ(
+      rt.start_workflow<int>("nap", {.traceparent = starter}).get(30s), 2);
+  }
+  spans->flush();
+  auto attempts = collector_.named("run nap");
+  ASSERT_EQ(attempts.size(), 2u) << "one attempt span per activation";
+  auto before = one("step before");
+  auto after = one("step after");
+  auto first = attempts[0].span_id == before.parent_span_id ? attempts[0]
+                                                             : attempts[1];
+  auto woken = attempts[0].span_id == before.parent_span_id ? attempts[1]
+                                                             : attempts[0];
+  EXPECT_EQ(first.span_id, before.parent_span_id);
+  EXPECT_NE(woken.span_id, first.span_id);
+  EXPECT_EQ(after.parent_span_id, woken.span_id);
+  for (auto& a : attempts) {
+    EXPECT_EQ(a.trace_id, starter_trace);
+    EXPECT_EQ(a.parent_span_id, starter_span);
+  }
+  ASSERT_EQ(woken.links.size(), 1u);
+  EXPECT_EQ(woken.links[0].second, first.span_id)
+    << "the woken activation links to the one before passivation";
 }
 
 } // namespace

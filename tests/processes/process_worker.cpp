@@ -7,7 +7,6 @@
 //
 //   perdure-process-worker <url> <schema> <executor> <lease ms> <step ms>
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "perdure/perdure.hpp"
+#include "support/sigterm_wait.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -43,11 +43,7 @@ int main(int argc, char** argv) {
   cfg.lease_timeout = std::chrono::milliseconds{std::stoi(argv[4])};
   auto step_time = std::chrono::milliseconds{std::stoi(argv[5])};
   cfg.step_threads = 8;
-  // SIGTERM is taken by sigwait below: blocked in every thread.
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &term, nullptr);
+  test::sigterm_wait term; // before the runtime's threads start
   runtime rt{cfg};
   auto step_log = side_table().table("step_log");
   auto tx_rows = side_table().table("tx_rows");
@@ -91,8 +87,7 @@ int main(int argc, char** argv) {
     return 3;
   }
   std::cout << "READY" << std::endl;
-  int sig = 0;
-  sigwait(&term, &sig);
+  term.wait();
   rt.stop();
   std::cout << "STOPPED" << std::endl;
   return 0;

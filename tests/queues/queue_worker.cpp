@@ -7,7 +7,6 @@
 //
 //   perdure-queue-worker <url> <schema> <executor>
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +16,7 @@
 
 #include "perdure/perdure.hpp"
 #include "perdure/queues/queue.hpp"
+#include "support/sigterm_wait.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -36,10 +36,7 @@ int main(int argc, char** argv) {
   db = test::database::named(argv[1], argv[2]);
   auto cfg = db.runtime_config(argv[3]);
   cfg.lease_timeout = 2s;
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &term, nullptr);
+  test::sigterm_wait term; // before the runtime's threads start
   runtime rt{cfg};
   auto log = test::sql_client{db}.table("item_log");
   // (steps, hold ms, partition)
@@ -78,8 +75,7 @@ int main(int argc, char** argv) {
   queues::register_queue(rt, "jobs", {.worker_concurrency = 4});
   rt.start();
   std::cout << "READY" << std::endl;
-  int sig = 0;
-  sigwait(&term, &sig);
+  term.wait();
   rt.stop();
   std::cout << "STOPPED" << std::endl;
   return 0;

@@ -13,7 +13,6 @@
 //   perdure-torture runtime <relay url> <direct url> <executor> <dir>
 //   perdure-torture client <relay url> <dir> <index> <seed>
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -27,6 +26,7 @@
 
 #include "perdure/perdure.hpp"
 #include "support/pg_cluster.hpp"
+#include "support/sigterm_wait.hpp"
 #include "torture/chaos.hpp"
 #include "torture/workload.hpp"
 
@@ -37,18 +37,9 @@ namespace {
 
 constexpr const char* schema = "torture";
 
-/// Blocks SIGTERM in every thread made from here on, so one can wait for it.
-sigset_t block_sigterm() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
 int run_runtime(const std::string& relay_url, const std::string& direct_url,
                 const std::string& executor, const std::string& dir) {
-  auto term = block_sigterm();
+  test::sigterm_wait term; // before any thread starts
   // PERDURE_TORTURE_LOG=debug (or info) for more of the runtimes' story.
   auto level = std::getenv("PERDURE_TORTURE_LOG");
   spdlog::set_level(level ? spdlog::level::from_str(level)
@@ -75,20 +66,18 @@ int run_runtime(const std::string& relay_url, const std::string& direct_url,
     std::cerr << "start failed: " << ex.what() << std::endl;
     return 3; // the conductor starts it again
   }
-  int sig = 0;
-  sigwait(&term, &sig);
+  term.wait();
   rt.stop();
   return 0;
 }
 
 int run_client(const std::string& relay_url, const std::string& dir,
                int index, std::uint64_t seed) {
-  auto term = block_sigterm();
+  test::sigterm_wait term; // before any thread starts
   spdlog::set_level(spdlog::level::warn);
   std::atomic<bool> stop{false};
   std::thread waiter{[&] {
-    int sig = 0;
-    sigwait(&term, &sig);
+    term.wait();
     stop = true;
   }};
   config cfg;

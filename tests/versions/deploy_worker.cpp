@@ -7,7 +7,6 @@
 //
 //   perdure-deploy-worker <url> <schema> <executor> <old|new>
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +14,7 @@
 #include <string>
 
 #include "perdure/perdure.hpp"
+#include "support/sigterm_wait.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -37,10 +37,7 @@ int main(int argc, char** argv) {
   cfg.lease_timeout = 2s;
   cfg.step_threads = 8;
   std::string code = argv[4];
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &term, nullptr);
+  test::sigterm_wait term; // before the runtime's threads start
   runtime rt{cfg};
   auto step_log = test::thread_client(db).table("step_log");
   auto logged = [&](const std::string& id, const std::string& step) {
@@ -82,8 +79,7 @@ int main(int argc, char** argv) {
   }
   rt.start();
   std::cout << "READY" << std::endl;
-  int sig = 0;
-  sigwait(&term, &sig);
+  term.wait();
   rt.stop();
   std::cout << "STOPPED" << std::endl;
   return 0;

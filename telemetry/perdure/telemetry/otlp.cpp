@@ -1,5 +1,6 @@
 #include "perdure/telemetry/otlp.hpp"
 #include "perdure/telemetry/json_text.hpp"
+#include "perdure/telemetry/percent_decoding.hpp"
 
 #include <httplib.h>
 
@@ -88,30 +89,6 @@ void write_span(std::string& out, const span& s) {
     out += '}';
   }
   out += '}';
-}
-
-/// `%XX` decoded (the OTEL_* list format's values are percent-encoded:
-/// `Authorization=Basic%20...`).
-std::string percent_decoded(std::string_view s) {
-  auto digit = [](char c) {
-    if (c >= '0' && c <= '9')
-      return c - '0';
-    if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-      return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && digit(s[i + 1]) >= 0 && digit(s[i + 2]) >= 0) {
-      out += static_cast<char>(digit(s[i + 1]) * 16 + digit(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
 }
 
 /// `k=v,k=v` (the OTEL_* list format), values percent-decoded.

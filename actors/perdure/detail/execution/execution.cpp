@@ -108,7 +108,7 @@ execution::~execution() {
   if (!trace_)
     return;
   if (end_known_)
-    run_trace::forget(run_id_); // no later activation to number
+    trace_->forget(); // no later activation to number
   if (!rt || !rt->cfg.span_sink || !trace_->sampled())
     return;
   // An attempt ends here however it ends: the run's end, passivation, a
@@ -198,7 +198,7 @@ void execution::init(execution_host& host, mailbox box, runtime_services& r,
   host_ = &host;
   mailbox_ = std::move(box);
   rt = &r;
-  trace_ = std::make_unique<run_trace>(run);
+  trace_ = std::make_unique<run_trace>(run, rt->cfg.span_sink != nullptr);
   if (rt->cfg.span_sink) {
     auto& a = attempt_attributes_;
     a.push_back({"perdure.run_id", run.id});
@@ -534,8 +534,30 @@ bool execution::write_committed(std::int32_t ack, const char* what) {
 }
 
 void execution::lost_ownership() {
-  rt->metrics.fenced_writes.add();
-  rt->lease->report_fenced(run_id_);
+  // A write is refused when another process owns the run now (a fence),
+  // or when a client cancelled it (its row ended at this epoch) and the
+  // write came before the cancel's notice: told apart from the row, off
+  // this thread, so a bulk cancel neither counts as fenced writes nor
+  // logs "owned elsewhere".
+  rt->control->post([rt = rt, id = run_id_, epoch = epoch,
+                     count_end = series_ != nullptr && !end_known_] {
+    std::optional<persistence::run_record> run;
+    try {
+      run = rt->stores->with(
+        [&](persistence::store& db) { return db.get_run(id); });
+    } catch (const std::exception&) {
+      // Unknown: counted as the fence it most often is.
+    }
+    if (run && run->status == run_status::cancelled
+        && (!run->object_type.empty() || run->owner.epoch == epoch)) {
+      rt->log().info("perdure: run {} cancelled", id);
+      if (count_end) // its end, which this execution did not count
+        rt->metrics.ended_without_execution(*run, run_status::cancelled, now_ms());
+      return;
+    }
+    rt->metrics.fenced_writes.add();
+    rt->lease->report_fenced(id);
+  });
   rt->fenced_from(run_id_, epoch);
   stop(std::nullopt);
 }

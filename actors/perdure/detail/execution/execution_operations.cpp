@@ -2,6 +2,7 @@
 
 #include "perdure/detail/tracing/run_trace.hpp"
 
+#include <chrono>
 #include <random>
 
 #include <spdlog/spdlog.h>
@@ -11,6 +12,7 @@
 #include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/execution/store_pool.hpp"
 #include "perdure/detail/lease/lease_service.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/object/object_directory.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/runs/completion_watchers.hpp"
@@ -39,10 +41,28 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
                       const transaction_body& body,
                       persistence::entry_kind kind, bool own_row,
                       runtime_services* rt,
-                      const telemetry::span_context& span) {
+                      const telemetry::span_context& span,
+                      workflow_series* series, bool last_attempt) {
+  // A transactional step counts as a step (an event's or a phase's row
+  // does not: `series` is null for them).
+  auto began = std::chrono::steady_clock::now();
+  auto count = [&](persistence::outcome o) {
+    if (!series)
+      return;
+    series->step_seconds.observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began)
+        .count());
+    if (o == persistence::outcome::value)
+      series->steps_ok.add();
+    else if (o == persistence::outcome::failed && !last_attempt)
+      series->step_retries.add();
+    else
+      series->steps_failed.add();
+  };
   auto is_event = kind == persistence::entry_kind::event
                   || kind == persistence::entry_kind::phase;
   auto send_failure = [&](persistence::outcome o, const char* what) {
+    count(o);
     send_outcome(me, seq, o, {}, what, false);
   };
   if (!rt->runs->owns(checkpoint.run_id, fence.epoch)) {
@@ -79,6 +99,8 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
     }
     // As recorded: an outcome an earlier attempt committed stands.
     auto& e = *recorded;
+    if (body_ran) // not an outcome an earlier attempt committed
+      count(e.outcome);
     if (kind == persistence::entry_kind::event
         && e.outcome == persistence::outcome::value)
       e.payload.clear(); // the event's value is no result
@@ -134,9 +156,13 @@ void execution::dispatch() {
   auto& executor = own_row ? *rt->control : *steps_;
   executor.post([me = mailbox_, seq, checkpoint, fence = owner(),
                  body = op->tx_body, kind, own_row, rt = rt,
-                 span = trace_->operation(seq)] {
+                 span = trace_->operation(seq),
+                 series = kind == persistence::entry_kind::transaction
+                            ? series_
+                            : nullptr,
+                 last_attempt = attempt >= op->policy.max_attempts] {
     write_checkpoint(me, seq, checkpoint, fence, body, kind, own_row, rt,
-                     span);
+                     span, series, last_attempt);
   });
 }
 

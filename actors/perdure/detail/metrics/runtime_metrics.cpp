@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "perdure/persistence/records.hpp"
+
 namespace perdure::detail {
 
 namespace {
@@ -182,8 +184,10 @@ runtime_metrics::runtime_metrics()
 workflow_series& runtime_metrics::of(const std::string& workflow,
                                      const std::string& object_type) {
   auto label = object_type.empty() ? workflow : object_type + "/" + workflow;
+  // Keyed apart from the label: a workflow named "a/b" is not handler b of
+  // object type a (their series share the label, never the struct).
   std::lock_guard guard{mtx_};
-  auto& s = series_[label];
+  auto& s = series_[object_type + '\0' + workflow];
   if (!s)
     // Not make_unique: an aggregate with atomics (clang 14 has no
     // parenthesised aggregate initialisation).
@@ -239,6 +243,19 @@ void runtime_metrics::object_call_ended(workflow_series& s, run_status status,
     cached(s.ended[i], object_calls_, labels).add();
   // One histogram per type: every status's slot holds it.
   cached(s.seconds[0], object_seconds_, by_type).observe(seconds);
+}
+
+void runtime_metrics::ended_without_execution(const persistence::run_record& run,
+                                      run_status status,
+                                      std::int64_t now_ms) {
+  auto& s = of(run.name, run.object_type);
+  auto seconds =
+    static_cast<double>(std::max<std::int64_t>(0, now_ms - run.created_at_ms))
+    / 1000.0;
+  if (s.object_type.empty())
+    run_ended(s, status, seconds);
+  else
+    object_call_ended(s, status, seconds);
 }
 
 void runtime_metrics::queue_started(const std::string& queue,

@@ -17,6 +17,10 @@
 #include "perdure/run_status.hpp"
 #include "perdure/telemetry/metrics.hpp"
 
+namespace perdure::persistence {
+struct run_record;
+} // namespace perdure::persistence
+
 namespace perdure::detail {
 
 /// The series of one workflow (or object type: its invocations carry the
@@ -59,6 +63,12 @@ public:
   /// since it was made.
   void object_call_ended(workflow_series& s, run_status status,
                          double seconds);
+
+  /// A run's end that no execution counted (given up on before it started:
+  /// RETRIES_EXCEEDED; cancelled by a client while its write was in
+  /// flight), counted as `run_ended` or `object_call_ended` would.
+  void ended_without_execution(const persistence::run_record& run, run_status status,
+                       std::int64_t now_ms);
 
   /// A queue item of `queue` started after waiting `seconds` (since it was
   /// enqueued or became due, whichever is later).

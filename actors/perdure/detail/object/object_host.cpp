@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/runtime/caf_messages.hpp"
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/execution/execution.hpp"
@@ -168,11 +169,14 @@ void object_host::give_up(persistence::run_record run) {
   run_outcome outcome{i.completion.status, std::nullopt, i.completion.error};
   rt->log().error("perdure: call {} of {} '{}' {}", run.id, type, key,
                   *i.completion.error);
-  rt->writer->submit(std::move(i), [rt = rt, id = run.id, outcome,
+  rt->writer->submit(std::move(i), [rt = rt, run = std::move(run), outcome,
                                     epoch = owner.epoch](
                                      persistence::write_result r) {
-    if (r.ack == persistence::write_ack::committed)
-      rt->run_stopped(id, outcome, epoch);
+    if (r.ack != persistence::write_ack::committed)
+      return;
+    if (rt->cfg.metrics)
+      rt->metrics.ended_without_execution(run, outcome.status, detail::now_ms());
+    rt->run_stopped(run.id, outcome, epoch);
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "perdure/detail/execution/step_executor.hpp"
 #include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/object/object_actor.hpp"
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/runs/deadlines.hpp"
@@ -116,18 +117,20 @@ run_launcher::spawn_run(persistence::run_record run,
               + std::to_string(cfg.max_recovery_attempts);
     c.at_ms = now_ms();
     run_outcome outcome{c.status, std::nullopt, c.error};
-    svc_.writer->complete(std::move(c), [this, id = run.id, outcome,
-                                         parent = run.parent_id](
+    svc_.writer->complete(std::move(c), [this, run = std::move(run), outcome](
                                           persistence::write_result r) {
+      auto& id = run.id;
       if (r.ack == persistence::write_ack::failed) {
         svc_.runs->orphaned(id, false); // tried again by housekeeping
         return;
       }
       if (r.ack != persistence::write_ack::committed)
         return;
+      if (svc_.cfg.metrics)
+        svc_.metrics.ended_without_execution(run, outcome.status, now_ms());
       svc_.run_stopped(id, outcome);
-      if (parent) // it may be waiting for this end
-        wake(*parent, -1);
+      if (run.parent_id) // it may be waiting for this end
+        wake(*run.parent_id, -1);
     });
     return std::nullopt;
   }

@@ -49,8 +49,9 @@ activations& counted() {
 
 } // namespace
 
-run_trace::run_trace(const persistence::run_record& run)
-  : run_id_(run.id), epoch_(run.owner.epoch), start_ns_(telemetry::now_ns()) {
+run_trace::run_trace(const persistence::run_record& run, bool reporting)
+  : run_id_(run.id), epoch_(run.owner.epoch), start_ns_(telemetry::now_ns()),
+    reporting_(reporting) {
   auto from = telemetry::span_context::parse(run.traceparent);
   if (from) {
     attempt_.trace = from->trace;
@@ -59,7 +60,8 @@ run_trace::run_trace(const persistence::run_record& run)
   } else {
     attempt_.trace = telemetry::derived_trace_id(run.id);
   }
-  activation_ = counted().next(run.id, epoch_);
+  if (reporting_)
+    activation_ = counted().next(run.id, epoch_);
   attempt_.span = attempt_id(run.id, epoch_, activation_);
   // A woken run links to its activation before passivation; a run that had
   // an attempt cut short (a crash, a takeover) to the first activation at
@@ -72,21 +74,32 @@ run_trace::run_trace(const persistence::run_record& run)
     previous_ = telemetry::span_context{attempt_.trace,
                                         attempt_id(run.id, epoch_ - 1, 0),
                                         attempt_.flags};
-  trace_hex_ = telemetry::hex(attempt_.trace);
 }
 
-telemetry::span_context run_trace::operation(std::int32_t seq) const {
-  return {attempt_.trace,
-          telemetry::derived_span_id(
-            std::to_string(seq) + "\x1e"
-            + activation_key(run_id_, epoch_, activation_)),
-          attempt_.flags};
+telemetry::span_context run_trace::operation(std::int32_t seq) const noexcept {
+  // splitmix64's finaliser over the attempt's span and the index: distinct
+  // per operation of an attempt, and no string built per step.
+  std::uint64_t x = 0;
+  for (auto b : attempt_.span)
+    x = (x << 8) | b;
+  x += 0x9e3779b97f4a7c15ULL * (static_cast<std::uint64_t>(seq) + 1);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  if (x == 0)
+    x = 1; // an all-zero span id is invalid
+  telemetry::span_id id{};
+  for (int i = 7; i >= 0; --i, x >>= 8)
+    id[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(x);
+  return {attempt_.trace, id, attempt_.flags};
 }
 
-void run_trace::forget(const std::string& run_id) {
+void run_trace::forget() const {
+  if (!reporting_)
+    return;
   auto& a = counted();
   std::lock_guard guard{a.mtx};
-  a.of.erase(run_id);
+  a.of.erase(run_id_);
 }
 
 telemetry::span

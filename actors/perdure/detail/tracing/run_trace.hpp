@@ -26,23 +26,27 @@ namespace perdure::detail {
 
 class run_trace {
 public:
-  /// The trace of `run`, activated at its epoch now.
-  explicit run_trace(const persistence::run_record& run);
+  /// The trace of `run`, activated at its epoch now. `reporting`: whether
+  /// this process reports spans (only then are its activations counted:
+  /// without spans an id per activation serves nothing, and the count
+  /// takes a process-wide lock).
+  run_trace(const persistence::run_record& run, bool reporting);
 
   const telemetry::trace_id& trace() const noexcept { return attempt_.trace; }
   /// This attempt's span.
   const telemetry::span_context& attempt() const noexcept { return attempt_; }
   /// The trace id in hex, for log lines.
-  const std::string& trace_hex() const noexcept { return trace_hex_; }
+  std::string trace_hex() const { return telemetry::hex(attempt_.trace); }
   /// Whether its spans are recorded (W3C's sampled flag; a starter that
   /// does not sample its trace gets no spans, and neither do its runs').
   bool sampled() const noexcept { return (attempt_.flags & 1) != 0; }
 
   /// The run ended: the activations counted for it here are forgotten.
-  static void forget(const std::string& run_id);
+  void forget() const;
 
-  /// The span of the live operation at journal index `seq`.
-  telemetry::span_context operation(std::int32_t seq) const;
+  /// The span of the live operation at journal index `seq` (derived from
+  /// the attempt's span: cheap enough for every step, spans or not).
+  telemetry::span_context operation(std::int32_t seq) const noexcept;
 
   /// The attempt's span, ended now (`error`: how the run failed).
   telemetry::span attempt_span(std::string name,
@@ -66,7 +70,7 @@ private:
   telemetry::span_context attempt_;
   std::optional<telemetry::span_context> previous_;
   std::int64_t start_ns_ = 0;
-  std::string trace_hex_;
+  bool reporting_ = false;
 };
 
 /// The span the code on this thread runs in (a step's or transaction's

@@ -17,6 +17,7 @@
 #include "perdure/cli/payload.hpp"
 #include "perdure/client.hpp"
 #include "perdure/queues/queue.hpp"
+#include "perdure/telemetry/percent_decoding.hpp"
 
 namespace perdure::admin::detail {
 
@@ -147,29 +148,14 @@ std::vector<std::string> api_segments(const httplib::Request& req) {
   constexpr std::string_view prefix = "/api/";
   if (raw.compare(0, prefix.size(), prefix) != 0)
     return out;
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9')
-      return c - '0';
-    if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-      return c - 'A' + 10;
-    return -1;
-  };
-  std::string part;
-  for (std::size_t i = prefix.size(); i <= raw.size(); ++i) {
-    if (i == raw.size() || raw[i] == '/') {
-      out.push_back(std::move(part));
-      part.clear();
-    } else if (raw[i] == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0
-               && hex(raw[i + 2]) >= 0) {
-      part += static_cast<char>(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
-      i += 2;
-    } else {
-      part += raw[i];
-    }
+  auto rest = std::string_view{raw}.substr(prefix.size());
+  for (;;) {
+    auto slash = rest.find('/');
+    out.push_back(telemetry::percent_decoded(rest.substr(0, slash)));
+    if (slash == std::string_view::npos)
+      return out;
+    rest.remove_prefix(slash + 1);
   }
-  return out;
 }
 
 using args_t = std::vector<std::string>;
