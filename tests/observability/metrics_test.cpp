@@ -220,13 +220,15 @@ TEST_F(metrics_test, a_transactional_step_counts_as_a_step) {
 
 TEST_F(metrics_test, a_cancel_that_refuses_a_write_is_no_fenced_write) {
   auto rt = make();
-  // The step cancels its own run: the step's write then finds the row
-  // ended (most often before the cancel's notice reaches the run).
-  rt->register_workflow("self_cancel", [&rt](workflow_context& ctx)
+  // The step cancels its own run through a client of its own (as the CLI
+  // would): the step's write then finds the row ended, before the
+  // cancel's notice reaches the run.
+  client canceller{db_.runtime_config("canceller")};
+  rt->register_workflow("self_cancel", [&canceller](workflow_context& ctx)
                                            -> task<int> {
     auto id = ctx.workflow_id();
-    co_return co_await ctx.step("cancel", [&rt, id] {
-      rt->cancel(id);
+    co_return co_await ctx.step("cancel", [&] {
+      canceller.cancel(id);
       return 1;
     });
   });

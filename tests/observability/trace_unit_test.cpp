@@ -56,7 +56,7 @@ TEST(trace_context, derived_ids_agree_everywhere_and_differ_by_text) {
 }
 
 TEST(percent_decoding, escapes_are_decoded_and_the_rest_kept) {
-  using telemetry::percent_decoded;
+  using perdure::telemetry::percent_decoded;
   EXPECT_EQ(percent_decoded("Basic%20dXNlcjpwdw=="), "Basic dXNlcjpwdw==");
   EXPECT_EQ(percent_decoded("order%2f7%2F8"), "order/7/8");
   EXPECT_EQ(percent_decoded("%41%4a%4A"), "AJJ");

@@ -552,7 +552,7 @@ void execution::lost_ownership() {
         && (!run->object_type.empty() || run->owner.epoch == epoch)) {
       rt->log().info("perdure: run {} cancelled", id);
       if (count_end) // its end, which this execution did not count
-        rt->metrics.ended_without_execution(*run, run_status::cancelled, now_ms());
+        rt->metrics.ended_without_execution(*run, run_status::cancelled, detail::now_ms());
       return;
     }
     rt->metrics.fenced_writes.add();
