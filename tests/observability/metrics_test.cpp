@@ -52,8 +52,11 @@ class metrics_test : public ::testing::Test {
 protected:
   void SetUp() override { db_ = test::database::fresh(); }
 
-  std::unique_ptr<runtime> make(const std::string& executor = "metrics-rt") {
+  std::unique_ptr<runtime> make(const std::string& executor = "metrics-rt",
+                                int max_recovery_attempts = -1) {
     auto cfg = db_.runtime_config(executor);
+    if (max_recovery_attempts >= 0)
+      cfg.max_recovery_attempts = max_recovery_attempts;
     cfg.admin_listen = "127.0.0.1:0";
     cfg.store_gauges_interval = 50ms;
     auto rt = std::make_unique<runtime>(cfg);
@@ -250,6 +253,42 @@ TEST_F(metrics_test, a_cancel_that_refuses_a_write_is_no_fenced_write) {
   EXPECT_EQ(value_of(snap, "perdure_runs_ended_total",
                      {"self_cancel", "CANCELLED"}),
             5);
+}
+
+TEST_F(metrics_test, a_run_given_up_before_it_starts_counts_as_ended) {
+  {
+    auto rt = make();
+    rt->start();
+    rt->start_workflow<int>("waits", {.id = "w"});
+    // Stopped waiting: the next start recovers it, one attempt more.
+  }
+  auto rt = make("metrics-rt", /*max_recovery_attempts=*/0);
+  rt->start();
+  EXPECT_THROW(rt->retrieve_workflow<int>("w").get(30s), std::exception);
+  EXPECT_EQ(rt->retrieve_workflow<int>("w").status(),
+            run_status::retries_exceeded);
+  auto snap = rt->metrics();
+  EXPECT_EQ(value_of(snap, "perdure_runs_ended_total",
+                     {"waits", "RETRIES_EXCEEDED"}),
+            1);
+}
+
+TEST_F(metrics_test, a_workflow_named_like_a_handler_keeps_its_own_series) {
+  auto rt = make();
+  rt->register_workflow("counter/add", [](workflow_context&) -> task<int> {
+    co_return 1;
+  });
+  rt->start();
+  EXPECT_EQ(rt->start_workflow<int>("counter/add").get(30s), 1);
+  EXPECT_EQ(rt->call<std::int64_t>("counter", "k", "add", std::int64_t{2}), 2);
+  auto snap = rt->metrics();
+  EXPECT_EQ(value_of(snap, "perdure_runs_ended_total",
+                     {"counter/add", "SUCCESS"}),
+            1)
+    << "the workflow's end counted as an object call";
+  EXPECT_EQ(value_of(snap, "perdure_object_calls_total",
+                     {"counter", "SUCCESS"}),
+            1);
 }
 
 } // namespace

@@ -4,11 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "perdure/telemetry/metrics.hpp"
 #include "perdure/telemetry/prometheus.hpp"
@@ -16,6 +20,28 @@
 using namespace perdure::telemetry;
 
 namespace {
+
+TEST(prometheus_text, whole_values_read_as_the_shortest_double_writes_them) {
+  // Integers are written by a faster path; its text must be the shortest
+  // double's (100000 is 1e+05 there; a changed `le` text is a new series).
+  std::vector<double> values{0,      -0.0,    1,       7,      99999,
+                             100000, 100001,  123450,  1e6,    1.2e7,
+                             3e5,    4096,    1e14,    1e15,   1e16,
+                             0.5,    -3,      -100000, 2.5e-4, 86400};
+  registry r;
+  auto& g = r.add_gauge("v", "values", {"i"});
+  for (std::size_t i = 0; i < values.size(); ++i)
+    g.with({std::to_string(i)}).set(values[i]);
+  auto text = prometheus_text(r.read());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    char buf[32];
+    auto end = std::to_chars(buf, buf + sizeof buf, values[i]).ptr;
+    auto line = "v{i=\"" + std::to_string(i) + "\"} " + std::string{buf, end}
+                + "\n";
+    EXPECT_NE(text.find(line), std::string::npos)
+      << "missing: " << line << "in:\n" << text;
+  }
+}
 
 TEST(metrics, counters_gauges_and_histograms_read_what_was_recorded) {
   registry r;

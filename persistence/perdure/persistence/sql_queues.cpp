@@ -172,12 +172,10 @@ bool sql_store::retry_item(const fence& owner, std::string_view id,
 std::optional<run_record> sql_store::requeue(std::string_view id,
                                              std::int64_t at_ms,
                                              std::string_view reason) {
-  // Due from now (not_before): its wait in the queue is counted from the
-  // requeue, not from when it was first enqueued.
   static const sql_query requeue{
     "requeue",
     "UPDATE {s}runs SET status = 'ENQUEUED', executor = '', attempts = 0, "
-    "error = NULL, output = NULL, not_before = $2, wake_at = NULL, "
+    "error = NULL, output = NULL, not_before = NULL, wake_at = NULL, "
     "updated_at = $2 WHERE id = $1 AND status = 'DEAD_LETTER' RETURNING "
       + detail::run_columns};
   std::optional<run_record> out;

@@ -22,12 +22,16 @@ void append_value(std::string& out, double v) {
     return;
   }
   char buf[32];
-  // Counts (every bucket, most samples) are whole: written as integers,
-  // the same text as the shortest double, at a fraction of the cost.
-  if (v == std::trunc(v) && std::fabs(v) < 1e15) {
-    auto res = std::to_chars(buf, buf + sizeof buf, static_cast<std::int64_t>(v));
-    out.append(buf, res.ptr);
-    return;
+  // Counts (every bucket, most samples) are whole: written as integers at
+  // a fraction of the cost, where that is the text the shortest double
+  // gives too (it writes 100000 as 1e+05, and -0 with its sign).
+  if (v == std::trunc(v) && std::fabs(v) < 1e15 && !std::signbit(v)) {
+    auto i = static_cast<std::int64_t>(v);
+    if (i < 100000 || i % 10 != 0) {
+      auto res = std::to_chars(buf, buf + sizeof buf, i);
+      out.append(buf, res.ptr);
+      return;
+    }
   }
   auto res = std::to_chars(buf, buf + sizeof buf, v);
   out.append(buf, res.ptr);

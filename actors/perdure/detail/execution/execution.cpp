@@ -538,9 +538,11 @@ void execution::lost_ownership() {
   // or when a client cancelled it (its row ended at this epoch) and the
   // write came before the cancel's notice: told apart from the row, off
   // this thread, so a bulk cancel neither counts as fenced writes nor
-  // logs "owned elsewhere".
-  rt->control->post([rt = rt, id = run_id_, epoch = epoch,
-                     count_end = series_ != nullptr && !end_known_] {
+  // logs "owned elsewhere". On a step thread, not the one control thread
+  // (a lease loss or a bulk cancel refuses many runs' writes at once).
+  steps_->post([rt = rt, id = run_id_, epoch = epoch,
+                count_end = series_ != nullptr && !end_known_,
+                reporting = rt->cfg.span_sink != nullptr] {
     std::optional<persistence::run_record> run;
     try {
       run = rt->stores->with(
@@ -551,6 +553,8 @@ void execution::lost_ownership() {
     if (run && run->status == run_status::cancelled
         && (!run->object_type.empty() || run->owner.epoch == epoch)) {
       rt->log().info("perdure: run {} cancelled", id);
+      if (reporting) // it ended: no later activation to number
+        run_trace::forget(id);
       if (count_end) // its end, which this execution did not count
         rt->metrics.ended_without_execution(*run, run_status::cancelled, detail::now_ms());
       return;

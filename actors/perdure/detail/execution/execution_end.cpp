@@ -204,13 +204,7 @@ void execution::count_end(run_status status) {
     end_error_ = std::string{to_string(status)};
   if (!series_)
     return;
-  auto seconds = static_cast<double>(
-                   std::max<std::int64_t>(0, detail::now_ms() - created_at_ms_))
-                 / 1000.0;
-  if (series_->object_type.empty())
-    rt->metrics.run_ended(*series_, status, seconds);
-  else
-    rt->metrics.object_call_ended(*series_, status, seconds);
+  rt->metrics.ended(*series_, status, created_at_ms_, detail::now_ms());
   if (status == run_status::dead_letter && item_)
     rt->metrics.dead_lettered(item_->queue);
 }

@@ -44,14 +44,15 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
                       const telemetry::span_context& span,
                       workflow_series* series, bool last_attempt) {
   // A transactional step counts as a step (an event's or a phase's row
-  // does not: `series` is null for them).
-  auto began = std::chrono::steady_clock::now();
+  // does not: `series` is null for them), once its body ran; its time is
+  // the body's, as a step's is (not the connection's wait or the commit).
+  auto body_ran = false;
+  std::chrono::steady_clock::duration body_time{};
   auto count = [&](persistence::outcome o) {
-    if (!series)
+    if (!series || !body_ran)
       return;
     series->step_seconds.observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - began)
-        .count());
+      std::chrono::duration<double>(body_time).count());
     if (o == persistence::outcome::value)
       series->steps_ok.add();
     else if (o == persistence::outcome::failed && !last_attempt)
@@ -69,7 +70,6 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
     send_signal(me, run_signal::drop, seq);
     return;
   }
-  auto body_ran = false;
   try {
     auto& pool = own_row ? *rt->stores : *rt->tx_stores;
     auto recorded = pool.with([&](persistence::store& db) {
@@ -90,6 +90,12 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
         } body_scope{checkpoint};
         // What the body stages or starts joins the operation's span.
         current_span_scope span_scope{span};
+        auto began = std::chrono::steady_clock::now();
+        struct timed { // however the body ends
+          std::chrono::steady_clock::time_point began;
+          std::chrono::steady_clock::duration& into;
+          ~timed() { into = std::chrono::steady_clock::now() - began; }
+        } timing{began, body_time};
         return body(s);
       });
     });
@@ -99,8 +105,7 @@ void write_checkpoint(const mailbox& me, std::int32_t seq,
     }
     // As recorded: an outcome an earlier attempt committed stands.
     auto& e = *recorded;
-    if (body_ran) // not an outcome an earlier attempt committed
-      count(e.outcome);
+    count(e.outcome); // (not one an earlier attempt committed: no body ran)
     if (kind == persistence::entry_kind::event
         && e.outcome == persistence::outcome::value)
       e.payload.clear(); // the event's value is no result

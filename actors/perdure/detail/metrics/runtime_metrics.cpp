@@ -248,9 +248,13 @@ void runtime_metrics::object_call_ended(workflow_series& s, run_status status,
 void runtime_metrics::ended_without_execution(const persistence::run_record& run,
                                       run_status status,
                                       std::int64_t now_ms) {
-  auto& s = of(run.name, run.object_type);
+  ended(of(run.name, run.object_type), status, run.created_at_ms, now_ms);
+}
+
+void runtime_metrics::ended(workflow_series& s, run_status status,
+                            std::int64_t created_at_ms, std::int64_t now_ms) {
   auto seconds =
-    static_cast<double>(std::max<std::int64_t>(0, now_ms - run.created_at_ms))
+    static_cast<double>(std::max<std::int64_t>(0, now_ms - created_at_ms))
     / 1000.0;
   if (s.object_type.empty())
     run_ended(s, status, seconds);

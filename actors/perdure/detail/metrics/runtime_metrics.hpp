@@ -64,6 +64,11 @@ public:
   void object_call_ended(workflow_series& s, run_status status,
                          double seconds);
 
+  /// A run (or call) of `s`'s series, created at `created_at_ms`, ended
+  /// with `status` at `now_ms`: `run_ended` or `object_call_ended`.
+  void ended(workflow_series& s, run_status status, std::int64_t created_at_ms,
+             std::int64_t now_ms);
+
   /// A run's end that no execution counted (given up on before it started:
   /// RETRIES_EXCEEDED; cancelled by a client while its write was in
   /// flight), counted as `run_ended` or `object_call_ended` would.

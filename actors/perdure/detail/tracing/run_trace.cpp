@@ -95,11 +95,14 @@ telemetry::span_context run_trace::operation(std::int32_t seq) const noexcept {
 }
 
 void run_trace::forget() const {
-  if (!reporting_)
-    return;
+  if (reporting_)
+    forget(run_id_);
+}
+
+void run_trace::forget(const std::string& run_id) {
   auto& a = counted();
   std::lock_guard guard{a.mtx};
-  a.of.erase(run_id_);
+  a.of.erase(run_id);
 }
 
 telemetry::span

@@ -43,6 +43,8 @@ public:
 
   /// The run ended: the activations counted for it here are forgotten.
   void forget() const;
+  /// The same for run `run_id`, known to have ended (by whoever ended it).
+  static void forget(const std::string& run_id);
 
   /// The span of the live operation at journal index `seq` (derived from
   /// the attempt's span: cheap enough for every step, spans or not).
