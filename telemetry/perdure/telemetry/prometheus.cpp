@@ -27,7 +27,7 @@ void append_value(std::string& out, double v) {
   // gives too (it writes 100000 as 1e+05, and -0 with its sign).
   if (v == std::trunc(v) && std::fabs(v) < 1e15 && !std::signbit(v)) {
     auto i = static_cast<std::int64_t>(v);
-    if (i < 100000 || i % 10 != 0) {
+    if ((i > -100000 && i < 100000) || i % 10 != 0) {
       auto res = std::to_chars(buf, buf + sizeof buf, i);
       out.append(buf, res.ptr);
       return;
