@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -44,6 +45,36 @@ protected:
       .endpoint = std::move(endpoint),
       .service_name = "traces-test",
       .flush_every = 100ms});
+  }
+
+  /// A runtime's configuration that exports its spans to the collector
+  /// (through `spans_`).
+  config traced_config() {
+    spans_ = exporter(collector_.endpoint() + "/v1/traces");
+    auto cfg = db_.runtime_config("traces-rt");
+    cfg.span_sink = spans_;
+    return cfg;
+  }
+
+  /// Runs "signup" (registered by `signup`, beside the queue "mail" and its
+  /// workflow "send", which returns 1) in the starter's trace, waits for
+  /// queue item `item`, stops the runtime and flushes the spans. Stopped
+  /// before the flush: an attempt's span ends with its actor, which may be
+  /// after its end was committed (and the handle returned).
+  void run_signup(const std::function<void(runtime&)>& signup,
+                  const std::string& item) {
+    auto rt = std::make_unique<runtime>(traced_config());
+    queues::register_queue(*rt, "mail", {});
+    rt->register_workflow("send", [](workflow_context& ctx, int n)
+                                    -> task<int> {
+      co_return co_await ctx.step("deliver", [n] { return n; });
+    });
+    signup(*rt);
+    rt->start();
+    rt->start_workflow<int>("signup", {.traceparent = starter}).get(30s);
+    EXPECT_EQ(rt->retrieve_workflow<int>(item).get(30s), 1);
+    rt.reset();
+    spans_->flush();
   }
 
   /// The one span named `name`, or a failure.
@@ -89,6 +120,7 @@ protected:
   test::database db_;
   std::unique_ptr<test::sql_client> sql_;
   test::otlp_collector collector_;
+  std::shared_ptr<telemetry::otlp_exporter> spans_;
 };
 
 TEST(run_trace_ids, each_operation_of_each_activation_has_its_own_span) {
@@ -112,11 +144,8 @@ TEST(run_trace_ids, each_operation_of_each_activation_has_its_own_span) {
 }
 
 TEST_F(traces_test, one_trace_runs_from_the_starter_through_children_and_calls) {
-  auto spans = exporter(collector_.endpoint() + "/v1/traces");
   {
-    auto cfg = db_.runtime_config("traces-rt");
-    cfg.span_sink = spans;
-    runtime rt{cfg};
+    runtime rt{traced_config()};
     test::register_traced_order(rt, [] {});
     rt.start();
     auto h = rt.start_workflow<std::string>(
@@ -131,11 +160,11 @@ TEST_F(traces_test, one_trace_runs_from_the_starter_through_children_and_calls) 
                          + " WHERE parent_id = 'o1' AND traceparent LIKE '00-"
                          + starter_trace + "-%'"),
             "2");
-  spans->flush();
+  spans_->flush();
   check_order_trace();
   EXPECT_EQ(one("run order").service, "traces-test");
-  EXPECT_GT(spans->totals().exported, 0u);
-  EXPECT_EQ(spans->totals().dropped, 0u);
+  EXPECT_GT(spans_->totals().exported, 0u);
+  EXPECT_EQ(spans_->totals().dropped, 0u);
 }
 
 TEST_F(traces_test, a_malformed_traceparent_is_refused) {
@@ -238,29 +267,18 @@ TEST_F(traces_test, a_trace_survives_a_sigkill_and_a_takeover) {
 }
 
 TEST_F(traces_test, a_queue_item_enqueued_in_a_step_joins_its_trace) {
-  auto spans = exporter(collector_.endpoint() + "/v1/traces");
-  auto cfg = db_.runtime_config("traces-rt");
-  cfg.span_sink = spans;
-  // Stopped before the flush: an attempt's span ends with its actor,
-  // which may be after its end was committed (and the handle returned).
-  auto rt_owner = std::make_unique<runtime>(cfg);
-  auto& rt = *rt_owner;
-  queues::register_queue(rt, "mail", {});
-  rt.register_workflow("send", [](workflow_context& ctx) -> task<int> {
-    co_return co_await ctx.step("deliver", [] { return 1; });
-  });
-  rt.register_workflow("signup", [&rt](workflow_context& ctx) -> task<int> {
-    co_await ctx.step("enqueue", [&] {
-      queues::enqueue<int>(rt, "mail", "send", {.id = "mail-1"});
-      return 0;
-    });
-    co_return 0;
-  });
-  rt.start();
-  rt.start_workflow<int>("signup", {.traceparent = starter}).get(30s);
-  rt.retrieve_workflow<int>("mail-1").get(30s);
-  rt_owner.reset();
-  spans->flush();
+  run_signup(
+    [](runtime& rt) {
+      rt.register_workflow("signup", [&rt](workflow_context& ctx)
+                                       -> task<int> {
+        co_await ctx.step("enqueue", [&] {
+          queues::enqueue<int>(rt, "mail", "send", 1, {.id = "mail-1"});
+          return 0;
+        });
+        co_return 0;
+      });
+    },
+    "mail-1");
   auto enqueue = one("step enqueue");
   auto item = one("run send");
   EXPECT_EQ(item.trace_id, starter_trace);
@@ -269,27 +287,17 @@ TEST_F(traces_test, a_queue_item_enqueued_in_a_step_joins_its_trace) {
 }
 
 TEST_F(traces_test, a_queue_item_staged_in_a_transaction_joins_its_trace) {
-  auto spans = exporter(collector_.endpoint() + "/v1/traces");
-  auto cfg = db_.runtime_config("traces-rt");
-  cfg.span_sink = spans;
-  auto rt_owner = std::make_unique<runtime>(cfg);
-  auto& rt = *rt_owner;
-  queues::register_queue(rt, "mail", {});
-  rt.register_workflow("send", [](workflow_context& ctx, int n) -> task<int> {
-    co_return co_await ctx.step("deliver", [n] { return n; });
-  });
-  rt.register_workflow("signup", [](workflow_context& ctx) -> task<int> {
-    co_await ctx.transaction("stage", [&](sql_session& s) {
-      queues::enqueue(s, "mail", "send", 1, {.id = "mail-2"});
-      return 0;
-    });
-    co_return 0;
-  });
-  rt.start();
-  rt.start_workflow<int>("signup", {.traceparent = starter}).get(30s);
-  EXPECT_EQ(rt.retrieve_workflow<int>("mail-2").get(30s), 1);
-  rt_owner.reset();
-  spans->flush();
+  run_signup(
+    [](runtime& rt) {
+      rt.register_workflow("signup", [](workflow_context& ctx) -> task<int> {
+        co_await ctx.transaction("stage", [&](sql_session& s) {
+          queues::enqueue(s, "mail", "send", 1, {.id = "mail-2"});
+          return 0;
+        });
+        co_return 0;
+      });
+    },
+    "mail-2");
   auto stage = one("step stage");
   EXPECT_EQ(stage.trace_id, starter_trace);
   auto item = one("run send");
@@ -299,9 +307,7 @@ TEST_F(traces_test, a_queue_item_staged_in_a_transaction_joins_its_trace) {
 }
 
 TEST_F(traces_test, a_trace_its_starter_did_not_sample_reports_no_spans) {
-  auto spans = exporter(collector_.endpoint() + "/v1/traces");
-  auto cfg = db_.runtime_config("traces-rt");
-  cfg.span_sink = spans;
+  auto cfg = traced_config();
   const std::string quiet_trace = "5bf92f3577b34da6a3ce929d0e0e4737";
   auto unsampled = "00-" + quiet_trace + "-" + starter_span + "-00";
   {
@@ -318,7 +324,7 @@ TEST_F(traces_test, a_trace_its_starter_did_not_sample_reports_no_spans) {
                 .get(30s),
               "done");
   }
-  spans->flush();
+  spans_->flush();
   // The flag is kept with the run and handed on: its child stays unsampled.
   EXPECT_EQ(sql_->scalar("SELECT COUNT(*) FROM " + sql_->table("runs")
                          + " WHERE parent_id = 'quiet' AND traceparent LIKE "
@@ -334,9 +340,7 @@ TEST_F(traces_test, a_trace_its_starter_did_not_sample_reports_no_spans) {
 }
 
 TEST_F(traces_test, a_run_woken_from_passivation_links_to_its_activation_before) {
-  auto spans = exporter(collector_.endpoint() + "/v1/traces");
-  auto cfg = db_.runtime_config("traces-rt");
-  cfg.span_sink = spans;
+  auto cfg = traced_config();
   cfg.passivate_after = 50ms;
   {
     runtime rt{cfg};
@@ -349,7 +353,7 @@ TEST_F(traces_test, a_run_woken_from_passivation_links_to_its_activation_before)
     EXPECT_EQ(
       rt.start_workflow<int>("nap", {.traceparent = starter}).get(30s), 2);
   }
-  spans->flush();
+  spans_->flush();
   auto attempts = collector_.named("run nap");
   ASSERT_EQ(attempts.size(), 2u) << "one attempt span per activation";
   auto before = one("step before");

@@ -98,8 +98,6 @@ struct endpoint::impl {
   std::thread thread;
   std::atomic<bool> ended{false};
   int port = 0;
-  /// The last /metrics text's size: the next is made in one allocation.
-  std::atomic<std::size_t> metrics_bytes{0};
 
   explicit impl(client& c, std::string token)
     : c(c), token(std::move(token)) {
@@ -176,14 +174,9 @@ endpoint::endpoint(client& c, endpoint_options opts) {
   // never payloads).
   s.Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
     try {
-      auto snapshot = self->c.metrics();
-      std::string text;
-      text.reserve(self->metrics_bytes.load() * 9 / 8);
-      telemetry::append_prometheus_text(text, snapshot);
-      self->metrics_bytes.store(text.size());
       // Moved, not copied (set_content copies): a scrape of a thousand
       // workflows is megabytes.
-      res.body = std::move(text);
+      res.body = telemetry::prometheus_text(self->c.metrics());
       res.set_header("Content-Type", telemetry::prometheus_content_type);
     } catch (const std::exception& ex) {
       res.status = 500;

@@ -25,9 +25,9 @@ void append_value(std::string& out, double v) {
   // Counts (every bucket, most samples) are whole: written as integers at
   // a fraction of the cost, where that is the text the shortest double
   // gives too (it writes 100000 as 1e+05, and -0 with its sign).
-  if (v == std::trunc(v) && std::fabs(v) < 1e15 && !std::signbit(v)) {
+  if (v == std::trunc(v) && v < 1e15 && !std::signbit(v)) {
     auto i = static_cast<std::int64_t>(v);
-    if ((i > -100000 && i < 100000) || i % 10 != 0) {
+    if (i < 100000 || i % 10 != 0) {
       auto res = std::to_chars(buf, buf + sizeof buf, i);
       out.append(buf, res.ptr);
       return;
@@ -114,42 +114,36 @@ void append_prometheus_text(std::string& out, const snapshot& families) {
       les.emplace_back("le=\"+Inf\"} ");
     }
     std::string labels, head;
+    // `name<suffix>{labels} `: braces only around labels.
+    auto plain_head = [&](std::string_view suffix) {
+      head.assign(f.name);
+      head += suffix;
+      head += labels.empty() ? " " : "{" + labels + "} ";
+      return std::string_view{head};
+    };
     for (auto& s : f.series) {
       labels.clear();
       append_labels(labels, f, s);
-      // A line is `name{labels} value`; braces only around labels.
-      auto start = [&](std::string_view suffix, bool more) {
-        head.assign(f.name);
-        head += suffix;
-        if (!labels.empty() || more) {
-          head += '{';
-          head += labels;
-          if (more && !labels.empty())
-            head += ',';
-        }
-      };
       if (f.type != metric_type::histogram) {
-        start("", false);
-        head += labels.empty() ? " " : "} ";
-        append_line(out, head, s.value);
+        append_line(out, plain_head(""), s.value);
         continue;
       }
-      start("_bucket", true);
+      // Buckets: `name_bucket{labels,le="b"} `; the last, +Inf, is the
+      // count (cumulative holds one more than the bounds).
+      head.assign(f.name);
+      head += "_bucket{";
+      if (!labels.empty())
+        head += labels + ",";
       auto prefix = head.size();
       for (std::size_t i = 0; i < les.size(); ++i) {
         head.resize(prefix);
         head += les[i];
         append_line(out, head,
-                    static_cast<double>(i < s.buckets.cumulative.size() - 1
-                                          ? s.buckets.cumulative[i]
-                                          : s.buckets.count));
+                    static_cast<double>(s.buckets.cumulative[i]));
       }
-      start("_sum", false);
-      head += labels.empty() ? " " : "} ";
-      append_line(out, head, s.buckets.sum);
-      start("_count", false);
-      head += labels.empty() ? " " : "} ";
-      append_line(out, head, static_cast<double>(s.buckets.count));
+      append_line(out, plain_head("_sum"), s.buckets.sum);
+      append_line(out, plain_head("_count"),
+                  static_cast<double>(s.buckets.count));
     }
   }
 }

@@ -541,7 +541,7 @@ void execution::lost_ownership() {
   // logs "owned elsewhere". On a step thread, not the one control thread
   // (a lease loss or a bulk cancel refuses many runs' writes at once).
   steps_->post([rt = rt, id = run_id_, epoch = epoch,
-                count_end = series_ != nullptr && !end_known_,
+                uncounted = series_ != nullptr && !end_known_,
                 reporting = rt->cfg.span_sink != nullptr] {
     std::optional<persistence::run_record> run;
     try {
@@ -555,8 +555,9 @@ void execution::lost_ownership() {
       rt->log().info("perdure: run {} cancelled", id);
       if (reporting) // it ended: no later activation to number
         run_trace::forget(id);
-      if (count_end) // its end, which this execution did not count
-        rt->metrics.ended_without_execution(*run, run_status::cancelled, detail::now_ms());
+      if (uncounted) // its end, which this execution did not count
+        rt->metrics.ended_without_execution(*run, run_status::cancelled,
+                                            detail::now_ms());
       return;
     }
     rt->metrics.fenced_writes.add();

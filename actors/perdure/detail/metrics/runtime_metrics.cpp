@@ -183,18 +183,20 @@ runtime_metrics::runtime_metrics()
 
 workflow_series& runtime_metrics::of(const std::string& workflow,
                                      const std::string& object_type) {
-  auto label = object_type.empty() ? workflow : object_type + "/" + workflow;
   // Keyed apart from the label: a workflow named "a/b" is not handler b of
   // object type a (their series share the label, never the struct).
+  auto key = object_type + '\0' + workflow;
   std::lock_guard guard{mtx_};
-  auto& s = series_[object_type + '\0' + workflow];
-  if (!s)
+  auto& s = series_[key];
+  if (!s) {
+    auto label = object_type.empty() ? workflow : object_type + "/" + workflow;
     // Not make_unique: an aggregate with atomics (clang 14 has no
     // parenthesised aggregate initialisation).
     s.reset(new workflow_series{
       label, object_type, started_.with({label}), steps_.with({label, "ok"}),
       steps_.with({label, "failed"}), step_retries_.with({label}),
       blocked_.with({label}), step_seconds_.with({label})});
+  }
   return *s;
 }
 
@@ -245,9 +247,8 @@ void runtime_metrics::object_call_ended(workflow_series& s, run_status status,
   cached(s.seconds[0], object_seconds_, by_type).observe(seconds);
 }
 
-void runtime_metrics::ended_without_execution(const persistence::run_record& run,
-                                      run_status status,
-                                      std::int64_t now_ms) {
+void runtime_metrics::ended_without_execution(
+  const persistence::run_record& run, run_status status, std::int64_t now_ms) {
   ended(of(run.name, run.object_type), status, run.created_at_ms, now_ms);
 }
 

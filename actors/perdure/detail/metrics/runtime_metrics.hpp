@@ -72,8 +72,8 @@ public:
   /// A run's end that no execution counted (given up on before it started:
   /// RETRIES_EXCEEDED; cancelled by a client while its write was in
   /// flight), counted as `run_ended` or `object_call_ended` would.
-  void ended_without_execution(const persistence::run_record& run, run_status status,
-                       std::int64_t now_ms);
+  void ended_without_execution(const persistence::run_record& run,
+                               run_status status, std::int64_t now_ms);
 
   /// A queue item of `queue` started after waiting `seconds` (since it was
   /// enqueued or became due, whichever is later).

@@ -175,7 +175,8 @@ void object_host::give_up(persistence::run_record run) {
     if (r.ack != persistence::write_ack::committed)
       return;
     if (rt->cfg.metrics)
-      rt->metrics.ended_without_execution(run, outcome.status, detail::now_ms());
+      rt->metrics.ended_without_execution(run, outcome.status,
+                                          detail::now_ms());
     rt->run_stopped(run.id, outcome, epoch);
   });
 }
