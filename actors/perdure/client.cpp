@@ -670,6 +670,10 @@ telemetry::snapshot client::metrics() {
   return impl_->metrics();
 }
 
+void client::read_metrics(telemetry::series_visitor& v) {
+  impl_->read_metrics(v);
+}
+
 store_description client::store_info() {
   auto& rt = *impl_;
   detail::runtime_impl::client_call call{rt};

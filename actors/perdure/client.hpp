@@ -251,6 +251,10 @@ public:
   /// it as Prometheus text (what the admin endpoint's /metrics serves).
   telemetry::snapshot metrics();
 
+  /// Shows `v` the same metrics without copying them first (for a text of
+  /// megabytes: `telemetry::prometheus_writer`).
+  void read_metrics(telemetry::series_visitor& v);
+
   /// Returns one page of runs matching `filter`, newest first (id, name,
   /// status, executor, times, error). Throws `invalid_argument` for a bad
   /// limit or cursor.

@@ -54,44 +54,73 @@ void histogram::observe(double v) noexcept {
 
 histogram::reading histogram::read() const {
   reading out;
-  out.cumulative.reserve(bounds_.size() + 1);
-  std::uint64_t total = 0;
-  for (std::size_t i = 0; i <= bounds_.size(); ++i) {
-    total += buckets_[i].load(std::memory_order_relaxed);
-    out.cumulative.push_back(total);
-  }
-  out.count = total;
-  out.sum = sum_.load(std::memory_order_relaxed);
+  read(out);
   return out;
 }
 
-template <class Metric>
-family_reading family<Metric>::read() const {
-  family_reading out;
-  out.name = name_;
-  out.help = help_;
-  out.label_names = labels_;
-  out.bounds = bounds_;
-  if constexpr (std::is_same_v<Metric, counter>)
-    out.type = metric_type::counter;
-  else if constexpr (std::is_same_v<Metric, gauge>)
-    out.type = metric_type::gauge;
-  else
-    out.type = metric_type::histogram;
-  std::lock_guard guard{mtx_};
-  out.series.reserve(series_.size());
-  for (auto& [values, metric] : series_) {
-    series_reading s;
-    s.label_values = values;
-    if constexpr (std::is_same_v<Metric, histogram>) {
-      s.buckets = metric->read();
-      s.value = static_cast<double>(s.buckets.count);
-    } else {
-      s.value = static_cast<double>(metric->value());
-    }
-    out.series.push_back(std::move(s));
+void histogram::read(reading& into) const {
+  into.cumulative.resize(bounds_.size() + 1);
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i <= bounds_.size(); ++i) {
+    total += buckets_[i].load(std::memory_order_relaxed);
+    into.cumulative[i] = total;
   }
-  return out;
+  into.count = total;
+  into.sum = sum_.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+/// Copies what it is shown into a snapshot.
+class snapshot_builder final : public series_visitor {
+public:
+  void family(const family_reading& head, std::size_t series) override {
+    out.push_back(head);
+    out.back().series.reserve(series);
+  }
+  void series(const std::vector<std::string>& label_values, double value,
+              const histogram::reading* buckets) override {
+    auto& s = out.back().series.emplace_back();
+    s.label_values = label_values;
+    s.value = value;
+    if (buckets)
+      s.buckets = *buckets;
+  }
+  snapshot out;
+};
+
+} // namespace
+
+family_reading family_base::read() const {
+  snapshot_builder b;
+  visit(b);
+  return std::move(b.out.front());
+}
+
+template <class Metric>
+void family<Metric>::visit(series_visitor& v) const {
+  family_reading head;
+  head.name = name_;
+  head.help = help_;
+  head.label_names = labels_;
+  head.bounds = bounds_;
+  if constexpr (std::is_same_v<Metric, counter>)
+    head.type = metric_type::counter;
+  else if constexpr (std::is_same_v<Metric, gauge>)
+    head.type = metric_type::gauge;
+  else
+    head.type = metric_type::histogram;
+  std::lock_guard guard{mtx_};
+  v.family(head, series_.size());
+  histogram::reading buckets; // one for the family's series
+  for (auto& [values, metric] : series_) {
+    if constexpr (std::is_same_v<Metric, histogram>) {
+      metric->read(buckets);
+      v.series(values, static_cast<double>(buckets.count), &buckets);
+    } else {
+      v.series(values, static_cast<double>(metric->value()), nullptr);
+    }
+  }
 }
 
 template class family<counter>;
@@ -142,12 +171,15 @@ family<histogram>& registry::add_histogram(std::string name, std::string help,
 }
 
 snapshot registry::read() const {
+  snapshot_builder b;
+  visit(b);
+  return std::move(b.out);
+}
+
+void registry::visit(series_visitor& v) const {
   std::lock_guard guard{mtx_};
-  snapshot out;
-  out.reserve(families_.size());
   for (auto& f : families_)
-    out.push_back(f->read());
-  return out;
+    f->visit(v);
 }
 
 } // namespace perdure::telemetry

@@ -62,6 +62,8 @@ public:
     double sum = 0;
   };
   reading read() const;
+  /// The same into `into`, reusing its memory.
+  void read(reading& into) const;
   std::span<const double> bounds() const noexcept { return bounds_; }
 
 private:
@@ -99,10 +101,28 @@ struct family_reading {
 /// series in label order.
 using snapshot = std::vector<family_reading>;
 
+/// A walk over families and, in each, its series in label order. The
+/// snapshot and the Prometheus text are both made by one; the text
+/// without copying the series first (a scrape of a thousand workflows).
+class series_visitor {
+public:
+  virtual ~series_visitor() = default;
+  /// A family begins: `head` is all of it but its series, which number
+  /// `series` and follow.
+  virtual void family(const family_reading& head, std::size_t series) = 0;
+  /// One series of the family begun last; `buckets` for a histogram, null
+  /// otherwise. Both are valid only during the call.
+  virtual void series(const std::vector<std::string>& label_values,
+                      double value, const histogram::reading* buckets)
+    = 0;
+};
+
 class family_base {
 public:
   virtual ~family_base() = default;
-  virtual family_reading read() const = 0;
+  /// Shows `v` this family, then each of its series.
+  virtual void visit(series_visitor& v) const = 0;
+  family_reading read() const;
 };
 
 /// Series of one metric told apart by label values. Series live as long
@@ -127,7 +147,7 @@ public:
     return *it->second;
   }
 
-  family_reading read() const override;
+  void visit(series_visitor& v) const override;
 
   /// Calls `f(metric)` for every series (to reset gauges, say).
   template <class F>
@@ -167,6 +187,8 @@ public:
 
   /// Every family's current values.
   snapshot read() const;
+  /// Shows `v` every family, in the order they were added.
+  void visit(series_visitor& v) const;
 
 private:
   template <class Metric, class... Args>

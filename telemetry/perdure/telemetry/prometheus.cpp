@@ -52,14 +52,14 @@ void append_escaped(std::string& out, std::string_view text, bool quote) {
 }
 
 /// `a="x",b="y"`: a series' labels, rendered once for all its lines.
-void append_labels(std::string& out, const family_reading& f,
-                   const series_reading& s) {
-  for (std::size_t i = 0; i < f.label_names.size(); ++i) {
+void append_labels(std::string& out, const std::vector<std::string>& names,
+                   const std::vector<std::string>& values) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
     if (i > 0)
       out += ',';
-    out += f.label_names[i];
+    out += names[i];
     out += "=\"";
-    append_escaped(out, s.label_values[i], true);
+    append_escaped(out, values[i], true);
     out += '"';
   }
 }
@@ -83,69 +83,92 @@ const char* type_name(metric_type t) {
 
 } // namespace
 
-void append_prometheus_text(std::string& out, const snapshot& families) {
-  // About the size it will be, so it grows in one step, not by doubling
+prometheus_writer::prometheus_writer(std::string& out) : out_(out) {}
+
+void prometheus_writer::family(const family_reading& head,
+                               std::size_t series) {
+  family_ = &head;
+  if (series == 0)
+    return; // families without a series are left out
+  // About the size it will be, so it grows in few steps, not by doubling
   // (a thousand workflows make megabytes).
-  std::size_t guess = out.size();
-  for (auto& f : families) {
-    auto lines = f.type == metric_type::histogram ? f.bounds.size() + 3 : 1;
-    guess += f.series.size() * lines * (f.name.size() + 64);
-  }
-  out.reserve(guess);
-  for (auto& f : families) {
-    if (f.series.empty())
-      continue;
-    out += "# HELP ";
-    out += f.name;
-    out += ' ';
-    append_escaped(out, f.help, false);
-    out += "\n# TYPE ";
-    out += f.name;
-    out += ' ';
-    out += type_name(f.type);
-    out += '\n';
-    std::vector<std::string> les; // `le="..."}`, once a family
-    if (f.type == metric_type::histogram) {
-      for (double b : f.bounds) {
-        les.emplace_back("le=\"");
-        append_value(les.back(), b);
-        les.back() += "\"} ";
-      }
-      les.emplace_back("le=\"+Inf\"} ");
+  auto lines = head.type == metric_type::histogram ? head.bounds.size() + 3
+                                                   : 1;
+  out_.reserve(out_.size() + series * lines * (head.name.size() + 64));
+  out_ += "# HELP ";
+  out_ += head.name;
+  out_ += ' ';
+  append_escaped(out_, head.help, false);
+  out_ += "\n# TYPE ";
+  out_ += head.name;
+  out_ += ' ';
+  out_ += type_name(head.type);
+  out_ += '\n';
+  les_.clear(); // `le="..."} `, once a family
+  if (head.type == metric_type::histogram) {
+    for (double b : head.bounds) {
+      les_.emplace_back("le=\"");
+      append_value(les_.back(), b);
+      les_.back() += "\"} ";
     }
-    std::string labels, head;
-    // `name<suffix>{labels} `: braces only around labels.
-    auto plain_head = [&](std::string_view suffix) {
-      head.assign(f.name);
-      head += suffix;
-      head += labels.empty() ? " " : "{" + labels + "} ";
-      return std::string_view{head};
-    };
-    for (auto& s : f.series) {
-      labels.clear();
-      append_labels(labels, f, s);
-      if (f.type != metric_type::histogram) {
-        append_line(out, plain_head(""), s.value);
-        continue;
-      }
-      // Buckets: `name_bucket{labels,le="b"} `; the last, +Inf, is the
-      // count (cumulative holds one more than the bounds).
-      head.assign(f.name);
-      head += "_bucket{";
-      if (!labels.empty())
-        head += labels + ",";
-      auto prefix = head.size();
-      for (std::size_t i = 0; i < les.size(); ++i) {
-        head.resize(prefix);
-        head += les[i];
-        append_line(out, head,
-                    static_cast<double>(s.buckets.cumulative[i]));
-      }
-      append_line(out, plain_head("_sum"), s.buckets.sum);
-      append_line(out, plain_head("_count"),
-                  static_cast<double>(s.buckets.count));
-    }
+    les_.emplace_back("le=\"+Inf\"} ");
   }
+}
+
+void prometheus_writer::series(const std::vector<std::string>& label_values,
+                               double value,
+                               const histogram::reading* buckets) {
+  auto& f = *family_;
+  labels_.clear();
+  append_labels(labels_, f.label_names, label_values);
+  // `name<suffix>{labels} `: braces only around labels.
+  auto plain_head = [&](std::string_view suffix) {
+    head_.assign(f.name);
+    head_ += suffix;
+    if (labels_.empty()) {
+      head_ += ' ';
+    } else {
+      head_ += '{';
+      head_ += labels_;
+      head_ += "} ";
+    }
+    return std::string_view{head_};
+  };
+  if (!buckets) {
+    append_line(out_, plain_head(""), value);
+    return;
+  }
+  // Buckets: `name_bucket{labels,le="b"} `; the last, +Inf, is the count
+  // (cumulative holds one more than the bounds).
+  head_.assign(f.name);
+  head_ += "_bucket{";
+  if (!labels_.empty()) {
+    head_ += labels_;
+    head_ += ',';
+  }
+  auto prefix = head_.size();
+  for (std::size_t i = 0; i < les_.size(); ++i) {
+    head_.resize(prefix);
+    head_ += les_[i];
+    append_line(out_, head_, static_cast<double>(buckets->cumulative[i]));
+  }
+  append_line(out_, plain_head("_sum"), buckets->sum);
+  append_line(out_, plain_head("_count"), static_cast<double>(buckets->count));
+}
+
+void append_prometheus_text(std::string& out, const snapshot& families) {
+  prometheus_writer w{out};
+  for (auto& f : families) {
+    w.family(f, f.series.size());
+    for (auto& s : f.series)
+      w.series(s.label_values, s.value,
+               f.type == metric_type::histogram ? &s.buckets : nullptr);
+  }
+}
+
+void append_prometheus_text(std::string& out, const registry& families) {
+  prometheus_writer w{out};
+  families.visit(w);
 }
 
 std::string prometheus_text(const snapshot& families) {

@@ -356,6 +356,16 @@ void runtime_impl::refresh_store_gauges() {
 }
 
 telemetry::snapshot runtime_impl::metrics() {
+  sample_gauges();
+  return metrics_.registry.read();
+}
+
+void runtime_impl::read_metrics(telemetry::series_visitor& v) {
+  sample_gauges();
+  metrics_.registry.visit(v);
+}
+
+void runtime_impl::sample_gauges() {
   // Gauges are read off the parts now; the gate keeps them from being torn
   // down meanwhile (a stopped runtime holds nothing).
   try {
@@ -381,7 +391,6 @@ telemetry::snapshot runtime_impl::metrics() {
       g->set(0);
     metrics_.lease_age.set(-1);
   }
-  return metrics_.registry.read();
 }
 
 } // namespace perdure::detail

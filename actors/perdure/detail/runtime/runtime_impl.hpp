@@ -119,8 +119,11 @@ public:
 
   /// Every metric of this runtime, its gauges sampled now.
   telemetry::snapshot metrics();
+  void read_metrics(telemetry::series_visitor& v);
 
 private:
+  /// Sets the gauges read off the parts (runs in memory, the lease's age).
+  void sample_gauges();
   persistence::store_options store_options() const;
   void start_client();
   /// `start` once the lease is held; `shut_down` undoes what it did.
