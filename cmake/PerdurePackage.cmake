@@ -7,7 +7,7 @@ include(CMakePackageConfigHelpers)
 set(PERDURE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/perdure)
 
 install(TARGETS perdure_telemetry perdure_persistence perdure_actors perdure perdure_sagas
-                perdure_queues
+                perdure_queues perdure_schedules
         EXPORT perdureTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -17,6 +17,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/telemetry/perdure
                   ${PROJECT_SOURCE_DIR}/actors/perdure
                   ${PROJECT_SOURCE_DIR}/sagas/perdure
                   ${PROJECT_SOURCE_DIR}/queues/perdure
+                  ${PROJECT_SOURCE_DIR}/schedules/perdure
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp"
         # Concept folders under detail/ are machinery: no public header

@@ -9,6 +9,7 @@ PERDURE_PACKAGES=(
   g++ cmake make pkg-config ccache libcli11-dev libcpp-httplib-dev
   libcaf-dev libpqxx-dev libcereal-dev libspdlog-dev libsqlite3-dev
   googletest libgtest-dev libbenchmark-dev nlohmann-json3-dev
+  libhowardhinnant-date-dev tzdata
   postgresql sqlite3 bsdextrautils
 )
 
