@@ -103,6 +103,11 @@ TEST(prometheus, the_text_follows_the_exposition_format) {
   auto& h = r.add_histogram("perdure_step_seconds", "Step time.", bounds);
   h.with().observe(0.5);
   h.with().observe(3);
+  // Written straight from the registry (the /metrics path) or from a
+  // snapshot (a team's own), the text is the same, and appended.
+  std::string direct = "# before\n";
+  append_prometheus_text(direct, r);
+  EXPECT_EQ(direct, "# before\n" + prometheus_text(r.read()));
   EXPECT_EQ(prometheus_text(r.read()),
             "# HELP perdure_runs_total Runs \\\\ ended.\\nBy status.\n"
             "# TYPE perdure_runs_total counter\n"

@@ -40,6 +40,20 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
 void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (std::size_t i = 0; i < s.size();) {
+    // The run of characters that go as they are, in one append (ids and
+    // names are nothing else).
+    auto plain = i;
+    while (plain < s.size()) {
+      auto p = static_cast<unsigned char>(s[plain]);
+      if (p < 0x20 || p >= 0x80 || p == '"' || p == '\\')
+        break;
+      ++plain;
+    }
+    if (plain > i) {
+      out.append(s.data() + i, plain - i);
+      i = plain;
+      continue;
+    }
     auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
       auto n = utf8_length(s, i);

@@ -92,6 +92,10 @@ private:
 
   otlp_options opts_;
   std::string origin_; // scheme://host:port
+  /// The collector's connection, kept between batches (the exporter's
+  /// thread alone uses it).
+  struct connection;
+  std::unique_ptr<connection> http_;
   std::string path_;
   mutable std::mutex mtx_;
   std::condition_variable wake_;
