@@ -108,6 +108,26 @@ public:
   queue_stats count_queue(std::string_view queue,
                           std::int64_t now_ms) override;
 
+  // -- schedules (sql_schedules.cpp) ---------------------------------------------
+
+  bool create_schedule(const schedule_record& s) override;
+  bool update_schedule(const schedule_record& s) override;
+  bool set_schedule_paused(std::string_view name, bool paused,
+                           std::optional<std::int64_t> next_tick_ms,
+                           std::optional<std::int64_t> due_ms,
+                           std::int64_t at_ms) override;
+  bool remove_schedule(std::string_view name) override;
+  std::optional<schedule_record> get_schedule(std::string_view name) override;
+  std::vector<schedule_record> list_schedules() override;
+  std::optional<std::int64_t> next_schedule_due() override;
+  std::vector<schedule_decision>
+  fire_schedules(std::int64_t now_ms, std::int64_t limit,
+                 const schedule_planner& plan) override;
+  std::optional<std::int64_t>
+  start_schedule_runs(std::string_view name,
+                      const std::vector<schedule_decision::start>& starts,
+                      std::int64_t at_ms) override;
+
 protected:
   /// Runs `body` with a transaction that only reads (or autocommit),
   /// retried on transient failures as every store method is.

@@ -18,6 +18,7 @@
 #include "perdure/persistence/queue_store.hpp"
 #include "perdure/persistence/records.hpp"
 #include "perdure/persistence/run_store.hpp"
+#include "perdure/persistence/schedule_store.hpp"
 #include "perdure/persistence/store_metrics.hpp"
 
 namespace perdure::persistence {
@@ -48,7 +49,7 @@ struct store_options {
 };
 
 /// The durable state of Perdure: one interface made of roles (runs,
-/// leases, deliveries, journal, objects, queues, operators), two real
+/// leases, deliveries, journal, objects, queues, operators, schedules), two real
 /// implementations (PostgreSQL and SQLite), one conformance suite. An
 /// instance owns one connection and is used by one thread at a time.
 /// Transient errors are retried inside; what a method reports as written
@@ -59,7 +60,8 @@ class store : public run_store,
               public journal_store,
               public object_store,
               public queue_store,
-              public operator_store {
+              public operator_store,
+              public schedule_store {
 public:
   ~store() override = default;
 

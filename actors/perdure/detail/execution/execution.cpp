@@ -179,8 +179,10 @@ void execution::close_op_span(std::optional<std::string> error,
   if (op_span_seq_ < 0)
     return;
   auto seq = std::exchange(op_span_seq_, -1);
+  // The run's id, workflow and version are its attempt span's (the
+  // parent): an operation's span carries only its own, a fifth of an
+  // exported span's bytes and an allocation less per step.
   std::vector<telemetry::attribute> attrs{
-    {"perdure.run_id", run_id_},
     {"perdure.journal_index", std::int64_t{seq}},
   };
   if (attempt > 1)

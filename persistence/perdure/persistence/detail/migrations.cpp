@@ -20,6 +20,48 @@ std::vector<std::string> with_views(bool postgres, const std::string& s,
 
 } // namespace
 
+namespace {
+
+/// The schedules table (`prefix`: the PostgreSQL schema and a dot) and its
+/// index of due times, for firing passes (paused ones never due).
+std::vector<std::string> schedules_table(const std::string& prefix,
+                                         const std::string& integer,
+                                         const std::string& bytes) {
+  return {
+    "CREATE TABLE " + prefix + "schedules ("
+    " name TEXT PRIMARY KEY,"
+    " workflow TEXT NOT NULL,"
+    " queue_name TEXT NOT NULL,"
+    " cron TEXT NOT NULL,"
+    " time_zone TEXT NOT NULL,"
+    " dst_repeat TEXT NOT NULL,"
+    " inputs " + bytes + " NOT NULL,"
+    " overlap TEXT NOT NULL,"
+    " catchup TEXT NOT NULL,"
+    " catchup_window_ms " + integer + " NOT NULL,"
+    " jitter_ms " + integer + " NOT NULL,"
+    " start_at " + integer + ","
+    " end_at " + integer + ","
+    " paused " + integer + " NOT NULL,"
+    " owner TEXT NOT NULL,"
+    " next_tick " + integer + ","
+    " due_at " + integer + ","
+    " buffered TEXT NOT NULL,"
+    " last_run_id TEXT NOT NULL,"
+    " last_tick " + integer + ","
+    " started " + integer + " NOT NULL,"
+    " skipped " + integer + " NOT NULL,"
+    " missed " + integer + " NOT NULL,"
+    " caught_up " + integer + " NOT NULL,"
+    " created_at " + integer + " NOT NULL,"
+    " updated_at " + integer + " NOT NULL)",
+    "CREATE INDEX schedules_due ON " + prefix
+      + "schedules (due_at) WHERE paused = 0",
+  };
+}
+
+} // namespace
+
 std::vector<migration> sqlite_migrations() {
   return {
     {1,
@@ -235,6 +277,8 @@ std::vector<migration> sqlite_migrations() {
      }},
     {16, "traces: the W3C trace context a run was started in",
      {"ALTER TABLE runs ADD COLUMN traceparent TEXT"}},
+    {17, "schedules: a definition and a durable cursor per schedule",
+     schedules_table("", "INTEGER", "BLOB")},
   };
 }
 
@@ -462,6 +506,8 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      }},
     {16, "traces: the W3C trace context a run was started in",
      {"ALTER TABLE " + s + "runs ADD COLUMN traceparent TEXT"}},
+    {17, "schedules: a definition and a durable cursor per schedule",
+     schedules_table(s, "BIGINT", "BYTEA")},
   };
 }
 
