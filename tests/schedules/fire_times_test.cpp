@@ -101,6 +101,30 @@ TEST(FireTimes, IntervalsThroughAFallBack) {
   EXPECT_EQ(got, want);
 }
 
+TEST(FireTimes, BothFiresEveryTimeOfTheRepeatedHourTwice) {
+  // 01:00 .. 01:45 EDT (05:00 .. 05:45 UTC), then again in EST (06:00 ..
+  // 06:45 UTC), then 02:00 EST.
+  auto f = in("*/15 * * * *", "America/New_York", dst_repeat::both);
+  auto got = fires(f, utc(2026, 11, 1, 4, 50), utc(2026, 11, 1, 7, 1));
+  std::vector<sys_seconds> want;
+  for (int m = 0; m < 60; m += 15)
+    want.push_back(utc(2026, 11, 1, 5, m));
+  for (int m = 0; m < 60; m += 15)
+    want.push_back(utc(2026, 11, 1, 6, m));
+  want.push_back(utc(2026, 11, 1, 7, 0));
+  EXPECT_EQ(got, want);
+  // Every second as well, and from the middle of the first pass.
+  auto s = in("* * * * * *", "America/New_York", dst_repeat::both);
+  auto at = utc(2026, 11, 1, 5, 30);
+  std::int64_t n = 0;
+  for (auto t = s.next_after(at); t && *t <= utc(2026, 11, 1, 7); t = s.next_after(*t)) {
+    EXPECT_EQ(*t, at + seconds{1}) << "a second skipped or repeated";
+    at = *t;
+    ++n;
+  }
+  EXPECT_EQ(n, 90 * 60);
+}
+
 // Lord Howe Island moves its clocks by half an hour: 02:00 -> 02:30 on
 // 2026-10-04 (15:30 UTC on the 3rd, from +10:30 to +11), and back
 // 02:00 -> 01:30 on 2026-04-05 (15:00 UTC on the 4th).

@@ -48,6 +48,18 @@ task<int> long_job(workflow_context& ctx, std::string) {
   co_return co_await ctx.recv<int>("go");
 }
 
+/// The value of series `labels` of family `name` in `rt`'s metrics (0 if
+/// it has none).
+double metric(client& rt, const std::string& name,
+              const std::vector<std::string>& labels) {
+  for (auto& f : rt.metrics())
+    if (f.name == name)
+      for (auto& s : f.series)
+        if (s.label_values == labels)
+          return s.value;
+  return 0;
+}
+
 class schedule_test : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -141,6 +153,14 @@ TEST_F(schedule_test, catch_up_after_downtime_is_counted_exactly) {
   auto l = sch::show(rt, "latest");
   EXPECT_EQ(l.started, 1);
   EXPECT_EQ(l.missed, 9);
+  // The same counts in the metrics of the process that decided them.
+  auto ticks = "perdure_schedule_ticks_total";
+  EXPECT_EQ(metric(rt, ticks, {"all", "started"}), 6);
+  EXPECT_EQ(metric(rt, ticks, {"all", "missed"}), 4);
+  EXPECT_EQ(metric(rt, ticks, {"all", "caught_up"}), 5);
+  EXPECT_EQ(metric(rt, ticks, {"latest", "started"}), 1);
+  EXPECT_EQ(metric(rt, ticks, {"latest", "missed"}), 9);
+  EXPECT_EQ(metric(rt, "perdure_schedule_lateness_seconds", {}), 2);
   EXPECT_EQ(runs_of("latest"),
             (std::set<std::string>{sch::detail::tick_run_id(
               "latest", ms_of(utc(2026, 3, 7, 12, 10)))}));
@@ -286,6 +306,7 @@ TEST_F(schedule_test, apply_makes_an_owners_schedules_exactly_the_given_ones) {
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].spec.cron, "0 * * * *");
   EXPECT_EQ(all[0].owner, "svc");
+  EXPECT_THROW(sch::apply(rt, "svc", {b, b}), perdure::error);
   // Another owner's name, or one made by create, is not taken over.
   sch::create(rt, every_minute("mine", "report"));
   try {
@@ -322,7 +343,14 @@ TEST_F(schedule_test, bad_specs_are_refused_saying_what_to_do) {
   EXPECT_NE(refusal(s).find("less than its catch-up window"),
             std::string::npos);
   s = every_minute("bad name!", "report");
-  EXPECT_FALSE(refusal(s).empty());
+  EXPECT_NE(refusal(s).find("letters, digits"), std::string::npos);
+  s = every_minute("bad", "report");
+  s.cron = "0 0 30 2 *";
+  EXPECT_NE(refusal(s).find("never fires"), std::string::npos);
+  s = every_minute("bad", "report");
+  s.catchup_window = 1h;
+  s.jitter = 90s;
+  EXPECT_NE(refusal(s).find("time between its ticks"), std::string::npos);
   sch::create(rt, every_minute("twice", "report"));
   try {
     sch::create(rt, every_minute("twice", "report"));
@@ -366,6 +394,9 @@ TEST_F(schedule_test, two_tickers_racing_start_each_tick_once) {
   }
   std::int64_t started = 0;
   for (auto& s : sch::list(one)) {
+    // Decided once each: a tick decided twice would count twice here (a
+    // second start is kept out by its id, a second skip or miss is not).
+    EXPECT_EQ(s.started + s.skipped + s.missed, 60) << s.spec.name;
     EXPECT_EQ(s.started, 60) << s.spec.name;
     EXPECT_EQ(s.missed + s.skipped, 0) << s.spec.name;
     EXPECT_EQ(runs_of(s.spec.name).size(), 60u) << s.spec.name;

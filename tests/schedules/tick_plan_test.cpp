@@ -147,6 +147,33 @@ TEST(TickPlan, CancelOtherCancelsTheRunningOneOnce) {
   EXPECT_EQ(p.skipped, 2);
 }
 
+TEST(TickPlan, CancelOtherStartsNothingAPassLaterCancels) {
+  auto t = ms(2026, 1, 1);
+  auto s = at_tick(t);
+  s.on_overlap = overlap::cancel_other;
+  s.catch_up = catchup::all;
+  s.catchup_window_ms = 10'000 * hour;
+  auto now = t + 1'499 * hour + 5; // more than one pass's ticks due
+  auto p = plan_ticks(s, hourly(), now);
+  EXPECT_TRUE(p.start.empty());
+  EXPECT_FALSE(p.cancel_last);
+  EXPECT_EQ(p.skipped, max_ticks_per_pass);
+  s.next_tick_ms = p.next_tick_ms;
+  p = plan_ticks(s, hourly(), now);
+  EXPECT_EQ(p.start, std::vector<std::int64_t>{t + 1'499 * hour});
+}
+
+TEST(TickPlan, TheWindowCountsFromTheJitteredDueTime) {
+  auto t = ms(2026, 6, 1, 2);
+  auto s = at_tick(t);
+  s.jitter_ms = 50'000;
+  s.catchup_window_ms = 60'000;
+  auto due = t + jitter_of("report", t, 50'000);
+  EXPECT_EQ(plan_ticks(s, hourly(), due + 60'000).start,
+            std::vector<std::int64_t>{t});
+  EXPECT_EQ(plan_ticks(s, hourly(), due + 60'001).missed, 1);
+}
+
 TEST(TickPlan, AllowAllStartsAlongside) {
   auto t = ms(2026, 6, 1, 2);
   auto s = at_tick(t);

@@ -64,6 +64,8 @@ struct schedule_decision {
   std::int64_t caught_up = 0;
   /// The run that was going, to cancel once this commits (cancel_other).
   std::string cancel_run_id;
+  /// Set by the store: how many of `starts` had no run yet, and started.
+  std::int64_t started = 0;
 };
 
 /// `decide(schedule, last_run_active)`.

@@ -290,6 +290,7 @@ sql_store::fire_schedules(std::int64_t now_ms, std::int64_t limit,
               std::string_view{join(d.buffered)}, std::string_view{last_run},
               opt(last_tick), started, d.skipped, d.missed, d.caught_up,
               now_ms});
+      d.started = started;
       out.push_back(std::move(d));
     }
   });

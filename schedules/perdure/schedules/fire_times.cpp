@@ -42,7 +42,17 @@ std::optional<sys_seconds> fire_times::next_after(sys_seconds after) const {
   auto first = first_beyond(after, shown + seconds{1}, pick::earliest);
   if (repeat_ == dst_repeat::first)
     return first;
-  auto second = first_beyond(after, shown, pick::latest);
+  // A repeated time's second pass can come after `after` although the
+  // local time it repeats lies before `shown` (in the repeated hour,
+  // 01:00 EST follows 01:45 EDT): start at `after` read with the lower of
+  // the offsets now and after the next change (if it is near), the
+  // earliest local time whose second pass can come after it.
+  auto info = zone_->get_info(after);
+  auto low = info.offset;
+  if (info.end - after <= std::chrono::hours{3})
+    low = std::min(low, zone_->get_info(info.end).offset);
+  auto second = first_beyond(after, civil_seconds{(after + low).time_since_epoch()},
+                             pick::latest);
   if (!first)
     return second;
   if (!second)

@@ -140,6 +140,8 @@ void resume(client& c, std::string_view name) {
     auto s = db.get_schedule(name);
     if (!s)
       no_such(name);
+    if (!s->paused)
+      return; // its due ticks stay due (catch-up decides them)
     set_cursor(*s, now);
     if (!db.set_schedule_paused(name, false, s->next_tick_ms, s->due_ms, now))
       no_such(name);
@@ -227,6 +229,11 @@ apply_result apply(client& c, std::string_view owner,
                          "these schedules, e.g. \"billing-service\")");
   std::vector<persistence::schedule_record> wanted;
   for (auto& s : specs) {
+    if (std::any_of(wanted.begin(), wanted.end(),
+                    [&](auto& w) { return w.name == s.name; }))
+      throw perdure::error(errc::invalid_argument,
+                           "apply got schedule '" + s.name
+                             + "' twice: give each schedule once");
     wanted.push_back(detail::record_of(s)); // all valid before any change
     wanted.back().owner = std::string{owner};
   }
@@ -262,7 +269,10 @@ apply_result apply(client& c, std::string_view owner,
       } else {
         w.buffered = it->buffered;
         set_cursor(w, now);
-        db.update_schedule(w);
+        if (!db.update_schedule(w))
+          throw perdure::error(errc::conflicting_id,
+                               "schedule '" + w.name
+                                 + "' was removed meanwhile: apply again");
         ++out.updated;
       }
     }

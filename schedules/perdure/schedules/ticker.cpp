@@ -15,6 +15,7 @@
 #include "perdure/detail/runtime/client_access.hpp"
 #include "perdure/detail/runtime/client_gate.hpp"
 #include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
 #include "perdure/detail/runtime/services.hpp"
 #include "perdure/error.hpp"
 #include "perdure/persistence/store.hpp"
@@ -38,8 +39,33 @@ struct ticker::impl {
   /// Fire times by cron, zone and repeat rule (parsed once each).
   std::map<std::tuple<std::string, std::string, std::string>, fire_times>
     times;
+  /// perdure_schedule_ticks_total and the lateness of the ticks started.
+  telemetry::family<telemetry::counter>& ticks;
+  telemetry::histogram& lateness;
 
-  impl(client& c, ticker_options o) : c(c), opts(o) {}
+  impl(client& c, ticker_options o)
+    : c(c),
+      opts(o),
+      ticks(client_access::services(c).metrics.registry.counter_family(
+        "perdure_schedule_ticks_total",
+        "Schedule ticks decided here, by what became of them: started, "
+        "skipped (the overlap policy), missed (outside the catch-up window, "
+        "or older than the latest), caught_up (started late, as catch-up).",
+        {"schedule", "outcome"})),
+      lateness(client_access::services(c)
+                 .metrics.registry
+                 .histogram_family(
+                   "perdure_schedule_lateness_seconds",
+                   "From a tick's due time (its time and jitter) to the "
+                   "commit that started its run.",
+                   telemetry::latency_buckets())
+                 .with()) {}
+
+  void count(const std::string& schedule, const char* outcome,
+             std::int64_t n) {
+    if (n > 0)
+      ticks.with({schedule, outcome}).add(static_cast<std::uint64_t>(n));
+  }
 
   const fire_times& times_of(const persistence::schedule_record& r) {
     auto key = std::make_tuple(r.cron, r.time_zone, r.dst_repeat);
@@ -83,13 +109,48 @@ struct ticker::impl {
     auto& rt = client_access::services(c);
     perdure::detail::client_gate::call call{*rt.gate};
     auto now = rt.clock->now_ms();
+    std::vector<std::pair<std::string, std::int64_t>> due; // name, due ms
     auto decided = rt.stores->with([&](persistence::store& db) {
       return db.fire_schedules(
         now, opts.batch,
         [&](const persistence::schedule_record& r, bool active) {
-          return decide(r, active, now);
+          due.emplace_back(r.name, r.due_ms.value_or(now));
+          try {
+            return decide(r, active, now);
+          } catch (const std::exception& ex) {
+            // A row this process cannot read (a zone its tzdata lacks, an
+            // expression an older parser refuses) waits, and the others
+            // fire: it is looked at again after a poll.
+            rt.logger.error("perdure: schedule '{}' cannot be fired by this "
+                            "process ({}); update it, or fire it from a "
+                            "process that can",
+                            r.name, ex.what());
+            persistence::schedule_decision d;
+            d.next_tick_ms = r.next_tick_ms;
+            d.due_ms = now + opts.poll.count();
+            d.buffered = r.buffered;
+            return d;
+          }
         });
     });
+    // A retried transaction planned again: the last attempt's schedules
+    // are the last `decided.size()` of `due`.
+    due.erase(due.begin(),
+              due.end() - static_cast<std::ptrdiff_t>(
+                            std::min(due.size(), decided.size())));
+    auto committed = rt.clock->now_ms();
+    for (std::size_t i = 0; i < decided.size() && i < due.size(); ++i) {
+      auto& d = decided[i];
+      auto& name = due[i].first;
+      auto started = d.started;
+      count(name, "started", started);
+      count(name, "skipped", d.skipped);
+      count(name, "missed", d.missed);
+      count(name, "caught_up", d.caught_up);
+      if (started > 0)
+        lateness.observe(static_cast<double>(committed - due[i].second)
+                         / 1000.0);
+    }
     for (auto& d : decided)
       if (!d.cancel_run_id.empty()) {
         // After the commit: the new run started; the old one is asked to
@@ -108,8 +169,9 @@ struct ticker::impl {
     while (!stopping) {
       guard.unlock();
       std::optional<std::int64_t> due;
+      std::int64_t last = 0;
       try {
-        while (pass() == opts.batch) {
+        while ((last = pass()) == opts.batch) {
         } // more due: another pass at once
         due = rt.stores->with(
           [](persistence::store& db) { return db.next_schedule_due(); });
@@ -123,6 +185,10 @@ struct ticker::impl {
       if (due) {
         auto until = std::chrono::milliseconds{*due - rt.clock->now_ms()};
         wait = std::clamp(until, std::chrono::milliseconds{0}, opts.poll);
+        // Due but not decided: another process holds the row (a long
+        // catch-up): look again shortly, not at once.
+        if (wait.count() == 0 && last == 0)
+          wait = std::min(opts.poll, std::chrono::milliseconds{10});
       }
       if (wait > std::chrono::milliseconds{0} && !jumped)
         wake.wait_for(guard, wait, [&] { return stopping || jumped; });

@@ -145,7 +145,7 @@ family<Metric>& registry::add(Args&&... args) {
                                 + " must ascend strictly");
   std::lock_guard guard{mtx_};
   for (auto& known : families_)
-    if (known->read().name == reading.name)
+    if (known->name() == reading.name)
       throw std::invalid_argument("metric " + reading.name
                                   + " is registered twice");
   auto& out = *f;
@@ -168,6 +168,39 @@ family<histogram>& registry::add_histogram(std::string name, std::string help,
                                            std::vector<std::string> labels) {
   return add<histogram>(std::move(name), std::move(help), std::move(labels),
                         bounds);
+}
+
+template <class Metric>
+family<Metric>* registry::find(std::string_view name) const {
+  std::lock_guard guard{mtx_};
+  for (auto& f : families_)
+    if (f->name() == name) {
+      auto* typed = dynamic_cast<family<Metric>*>(f.get());
+      if (!typed)
+        throw std::invalid_argument("metric " + std::string{name}
+                                    + " is registered with another type");
+      return typed;
+    }
+  return nullptr;
+}
+
+family<counter>& registry::counter_family(std::string name, std::string help,
+                                          std::vector<std::string> labels) {
+  std::lock_guard one{find_or_add_mtx_};
+  if (auto* f = find<counter>(name))
+    return *f;
+  return add_counter(std::move(name), std::move(help), std::move(labels));
+}
+
+family<histogram>& registry::histogram_family(std::string name,
+                                              std::string help,
+                                              std::span<const double> bounds,
+                                              std::vector<std::string> labels) {
+  std::lock_guard one{find_or_add_mtx_};
+  if (auto* f = find<histogram>(name))
+    return *f;
+  return add_histogram(std::move(name), std::move(help), bounds,
+                       std::move(labels));
 }
 
 snapshot registry::read() const {

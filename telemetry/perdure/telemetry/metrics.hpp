@@ -122,6 +122,7 @@ public:
   virtual ~family_base() = default;
   /// Shows `v` this family, then each of its series.
   virtual void visit(series_visitor& v) const = 0;
+  virtual const std::string& name() const noexcept = 0;
   family_reading read() const;
 };
 
@@ -148,6 +149,7 @@ public:
   }
 
   void visit(series_visitor& v) const override;
+  const std::string& name() const noexcept override { return name_; }
 
   /// Calls `f(metric)` for every series (to reset gauges, say).
   template <class F>
@@ -185,6 +187,15 @@ public:
                                    std::span<const double> bounds,
                                    std::vector<std::string> labels = {});
 
+  /// The counter family `name` if one was added, else a new one (for a
+  /// part a process may make more than once: a schedule ticker). Throws
+  /// `invalid_argument` if `name` is a family of another type.
+  family<counter>& counter_family(std::string name, std::string help,
+                                  std::vector<std::string> labels = {});
+  family<histogram>& histogram_family(std::string name, std::string help,
+                                      std::span<const double> bounds,
+                                      std::vector<std::string> labels = {});
+
   /// Every family's current values.
   snapshot read() const;
   /// Shows `v` every family, in the order they were added.
@@ -193,8 +204,12 @@ public:
 private:
   template <class Metric, class... Args>
   family<Metric>& add(Args&&... args);
+  /// The family `name` of type `Metric`, or null if there is none.
+  template <class Metric>
+  family<Metric>* find(std::string_view name) const;
 
   mutable std::mutex mtx_;
+  std::mutex find_or_add_mtx_; // one *_family call at a time
   std::vector<std::unique_ptr<family_base>> families_;
 };
 

@@ -76,6 +76,24 @@ persistence::schedule_record record_of(const schedule_spec& s) {
               "window (a tick delayed past the window would be missed)");
   if (s.start_at && s.end_at && *s.end_at < *s.start_at)
     refuse(s, "its end is before its start");
+  // It fires at all, and its jitter is shorter than its ticks' spacing
+  // (a tick delayed past the next one would come after it).
+  auto from = std::chrono::floor<seconds>(s.start_at.value_or(
+    std::chrono::system_clock::now()));
+  auto t = times.next_after(from);
+  if (!t)
+    refuse(s, "'" + s.cron + "' never fires (a day no month has?)");
+  auto shortest = std::chrono::milliseconds::max();
+  for (int i = 0; i < 64 && t; ++i) {
+    auto next = times.next_after(*t);
+    if (next)
+      shortest = std::min<std::chrono::milliseconds>(shortest, *next - *t);
+    t = next;
+  }
+  if (s.jitter >= shortest)
+    refuse(s, "its jitter (" + std::to_string(s.jitter.count())
+                + " ms) is not shorter than the time between its ticks ("
+                + std::to_string(shortest.count()) + " ms)");
   persistence::schedule_record r;
   r.name = s.name;
   r.workflow = s.workflow;

@@ -74,7 +74,8 @@ tick_plan plan_ticks(const tick_state& s, const fire_times& times,
   // Outside the window: missed. Inside, catchup::latest keeps the newest.
   std::vector<std::int64_t> fire;
   for (auto t : due) {
-    if (now_ms - t > s.catchup_window_ms)
+    // Late by more than the window from when it was due (its jitter too).
+    if (now_ms - (t + jitter_of(s.name, t, s.jitter_ms)) > s.catchup_window_ms)
       ++p.missed;
     else
       fire.push_back(t);
@@ -89,10 +90,12 @@ tick_plan plan_ticks(const tick_state& s, const fire_times& times,
     p.missed += static_cast<std::int64_t>(fire.size() - keep);
     fire.erase(fire.begin(), fire.end() - keep);
   }
-  if (s.on_overlap == overlap::cancel_other && fire.size() > 1) {
-    // Each would cancel the one before: only the newest runs.
-    p.skipped += static_cast<std::int64_t>(fire.size() - 1);
-    fire.erase(fire.begin(), fire.end() - 1);
+  if (s.on_overlap == overlap::cancel_other && !fire.empty()) {
+    // Each would cancel the one before: only the newest runs (and none of
+    // this pass's if a newer tick is due, which the next pass starts).
+    auto keep = more_due ? 0u : 1u;
+    p.skipped += static_cast<std::int64_t>(fire.size() - keep);
+    fire.erase(fire.begin(), fire.end() - keep);
   }
   for (std::size_t i = 0; i < fire.size(); ++i) {
     auto t = fire[i];
