@@ -44,6 +44,7 @@
 #include "support/test_support.hpp"
 #include "bench_support.hpp"
 #include "operators_bench.hpp"
+#include "schedule_bench.hpp"
 #ifdef PERDURE_BENCH_OBSERVABILITY
 #include "observability_bench.hpp"
 #endif
@@ -1000,6 +1001,8 @@ int main(int argc, char** argv) {
     } else if (o.scenario == "observability_overhead") {
       observability_overhead(o);
 #endif
+    } else if (o.scenario == "schedule_lateness") {
+      schedule_lateness(o);
     } else if (o.scenario == "fork") {
       fork_run(o);
     } else if (o.scenario == "takeover") {

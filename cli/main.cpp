@@ -49,7 +49,7 @@ int report(perdure::cli::context& ctx, exit_code code, const std::string& msg) {
 
 int main(int argc, char** argv) {
   perdure::cli::context ctx{std::cout, std::cerr, std::cin};
-  CLI::App app{"perdure: see and act on Perdure's runs, objects and queues"};
+  CLI::App app{"perdure: see and act on Perdure's runs, objects, queues and schedules"};
   app.name("perdure");
   app.require_subcommand(1);
   // Global options may come after the subcommand too (`runs list --json`).
@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   perdure::cli::add_signal_commands(app, ctx);
   perdure::cli::add_object_commands(app, ctx);
   perdure::cli::add_queue_commands(app, ctx);
+  perdure::cli::add_schedule_commands(app, ctx);
   perdure::cli::add_health_commands(app, ctx);
   perdure::cli::add_serve_command(app, ctx);
   app.parse_complete_callback([&] {

@@ -113,6 +113,16 @@ TEST_F(views_test, the_views_columns_and_types_are_the_contract) {
                   {"last_seen", ts}, {"live_executors", "bigint"},
                   {"pending", "bigint"}, {"enqueued", "bigint"},
                   {"blocked", "bigint"}, {"stranded", "boolean"}});
+  expect_columns(sql, "v_schedules",
+                 {{"name", "text"}, {"workflow", "text"},
+                  {"queue_name", "text"}, {"cron", "text"},
+                  {"time_zone", "text"}, {"state", "text"},
+                  {"next_fire", ts}, {"last_fire", ts},
+                  {"last_run_id", "text"}, {"started", "bigint"},
+                  {"skipped", "bigint"}, {"missed", "bigint"},
+                  {"caught_up", "bigint"}, {"overlap", "text"},
+                  {"catchup", "text"}, {"owner", "text"},
+                  {"updated_at", ts}});
 }
 
 TEST_F(views_test, the_views_show_what_the_api_shows) {

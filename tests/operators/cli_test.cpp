@@ -18,6 +18,7 @@
 #include "perdure/perdure.hpp"
 #include "perdure/queues/queue.hpp"
 #include "perdure/sagas/saga.hpp"
+#include "perdure/schedules/schedule.hpp"
 #include "support/test_support.hpp"
 
 using namespace perdure;
@@ -429,6 +430,50 @@ TEST_F(cli_test, objects_queues_executors_versions_and_doctor) {
   auto sick = cli({"doctor", "--json"});
   EXPECT_EQ(sick.code, 1) << sick.out;
   EXPECT_EQ(json::parse(sick.out)["ok"], false) << sick.out;
+}
+
+TEST_F(cli_test, schedules_are_listed_paused_resumed_backfilled_and_removed) {
+  namespace sch = perdure::schedules;
+  sch::create(*rt_, {.name = "five",
+                     .workflow = "double",
+                     .cron = "*/5 * * * *",
+                     .time_zone = "Europe/Berlin",
+                     .input = sch::input_of(*rt_, 21)});
+  auto all = cli_json({"schedules", "list"})["schedules"];
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0]["name"], "five");
+  EXPECT_EQ(all[0]["state"], "active");
+  EXPECT_EQ(all[0]["time_zone"], "Europe/Berlin");
+  EXPECT_EQ(all[0]["input"], 21);
+  EXPECT_FALSE(all[0]["next_fire"].is_null());
+  auto human = cli({"schedules", "list"});
+  EXPECT_NE(human.out.find("*/5 * * * *"), std::string::npos) << human.out;
+  ASSERT_EQ(cli({"schedules", "pause", "five"}).code, 0);
+  EXPECT_EQ(cli_json({"schedules", "show", "five"})["state"], "paused");
+  ASSERT_EQ(cli({"schedules", "resume", "five"}).code, 0);
+  EXPECT_EQ(cli_json({"schedules", "show", "five"})["state"], "active");
+  // 00:00, 00:05 and 00:10 UTC are ticks (Berlin is a whole hour ahead).
+  auto unasked = cli({"schedules", "backfill", "five", "--from",
+                      "2026-11-27T00:00Z", "--to", "2026-11-27T00:10Z"});
+  EXPECT_EQ(unasked.code, 6) << unasked.out << unasked.err;
+  auto filled = cli_json({"schedules", "backfill", "five", "--from",
+                          "2026-11-27T00:00Z", "--to", "2026-11-27T00:10Z",
+                          "--yes"});
+  EXPECT_EQ(filled["started"], 3);
+  EXPECT_EQ(rt_->retrieve_workflow<int>("sched:five:2026-11-27T00:05:00Z")
+              .get(20s),
+            42);
+  auto triggered = cli_json({"schedules", "trigger", "five"});
+  EXPECT_EQ(rt_->retrieve_workflow<int>(triggered["started"].get<std::string>())
+              .get(20s),
+            42);
+  EXPECT_EQ(cli_json({"schedules", "show", "five"})["started"], 4);
+  EXPECT_EQ(cli({"schedules", "backfill", "five", "--from", "yesterday"}).code,
+            2);
+  ASSERT_EQ(cli({"schedules", "remove", "five", "--yes"}).code, 0);
+  auto gone = cli({"schedules", "show", "five"});
+  EXPECT_EQ(gone.code, 3);
+  EXPECT_NE(gone.err.find("schedules::list"), std::string::npos) << gone.err;
 }
 
 TEST_F(cli_test, a_cancel_from_the_cli_while_a_step_runs_ends_the_run_cancelled) {

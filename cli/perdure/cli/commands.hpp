@@ -24,6 +24,9 @@ void add_object_commands(CLI::App& app, context& ctx);
 /// `queues list | stats | dead-letters | requeue`.
 void add_queue_commands(CLI::App& app, context& ctx);
 
+/// `schedules list | show | pause | resume | trigger | backfill | remove`.
+void add_schedule_commands(CLI::App& app, context& ctx);
+
 /// `executors`, `versions`, `doctor`.
 void add_health_commands(CLI::App& app, context& ctx);
 

@@ -22,6 +22,13 @@ std::vector<std::string> with_views(bool postgres, const std::string& s,
 
 namespace {
 
+/// `statements` and then `more`.
+std::vector<std::string> with(std::vector<std::string> statements,
+                              std::string more) {
+  statements.push_back(std::move(more));
+  return statements;
+}
+
 /// The schedules table (`prefix`: the PostgreSQL schema and a dot) and its
 /// index of due times, for firing passes (paused ones never due).
 std::vector<std::string> schedules_table(const std::string& prefix,
@@ -278,7 +285,7 @@ std::vector<migration> sqlite_migrations() {
     {16, "traces: the W3C trace context a run was started in",
      {"ALTER TABLE runs ADD COLUMN traceparent TEXT"}},
     {17, "schedules: a definition and a durable cursor per schedule",
-     schedules_table("", "INTEGER", "BLOB")},
+     with(schedules_table("", "INTEGER", "BLOB"), schedule_view(false, ""))},
   };
 }
 
@@ -507,7 +514,7 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
     {16, "traces: the W3C trace context a run was started in",
      {"ALTER TABLE " + s + "runs ADD COLUMN traceparent TEXT"}},
     {17, "schedules: a definition and a durable cursor per schedule",
-     schedules_table(s, "BIGINT", "BYTEA")},
+     with(schedules_table(s, "BIGINT", "BYTEA"), schedule_view(true, s))},
   };
 }
 

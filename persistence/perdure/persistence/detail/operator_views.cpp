@@ -146,4 +146,18 @@ std::vector<std::string> operator_views(bool postgres, const std::string& s) {
   return out;
 }
 
+std::string schedule_view(bool postgres, const std::string& s) {
+  spelling sp{postgres, s};
+  return sp.view(
+    "v_schedules",
+    "SELECT name, workflow, NULLIF(queue_name, '') AS queue_name, cron, "
+    "time_zone, CASE WHEN paused <> 0 THEN 'paused' WHEN due_at IS NULL THEN "
+    "'ended' ELSE 'active' END AS state, "
+      + sp.time("CASE WHEN paused = 0 THEN due_at END") + " AS next_fire, "
+      + sp.time("last_tick") + " AS last_fire, NULLIF(last_run_id, '') AS "
+      + "last_run_id, started, skipped, missed, caught_up, overlap, catchup, "
+        "NULLIF(owner, '') AS owner, "
+      + sp.time("updated_at") + " AS updated_at FROM " + s + "schedules");
+}
+
 } // namespace perdure::persistence::detail

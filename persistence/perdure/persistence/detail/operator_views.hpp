@@ -14,4 +14,7 @@ namespace perdure::persistence::detail {
 /// decoding function) for tables prefixed `s` (`"schema".` or empty).
 std::vector<std::string> operator_views(bool postgres, const std::string& s);
 
+/// The statement creating `v_schedules` (added with the schedules table).
+std::string schedule_view(bool postgres, const std::string& s);
+
 } // namespace perdure::persistence::detail
