@@ -43,10 +43,13 @@ perdure::task<std::string> nightly_report(perdure::workflow_context& ctx,
   co_return night;
 }
 
+/// Waits for every report run the schedule started so far.
 void wait_for_reports(perdure::runtime& rt) {
-  for (auto& r : rt.list_runs({.limit = 100}).runs)
-    if (r.id.rfind("sched:", 0) == 0)
-      rt.retrieve_workflow<std::string>(r.id).get(30s);
+  perdure::run_filter reports;
+  reports.id_prefix = "sched:nightly-report:";
+  reports.limit = 100;
+  for (auto& r : rt.list_runs(reports).runs)
+    rt.retrieve_workflow<std::string>(r.id).get(30s);
 }
 
 void show(perdure::runtime& rt) {

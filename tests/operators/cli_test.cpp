@@ -450,12 +450,21 @@ TEST_F(cli_test, schedules_are_listed_paused_resumed_backfilled_and_removed) {
   EXPECT_NE(human.out.find("*/5 * * * *"), std::string::npos) << human.out;
   ASSERT_EQ(cli({"schedules", "pause", "five"}).code, 0);
   EXPECT_EQ(cli_json({"schedules", "show", "five"})["state"], "paused");
-  ASSERT_EQ(cli({"schedules", "resume", "five"}).code, 0);
+  EXPECT_EQ(cli_json({"schedules", "resume", "five"})["resumed"], true);
   EXPECT_EQ(cli_json({"schedules", "show", "five"})["state"], "active");
+  EXPECT_EQ(cli_json({"schedules", "resume", "five"})["resumed"], false);
   // 00:00, 00:05 and 00:10 UTC are ticks (Berlin is a whole hour ahead).
   auto unasked = cli({"schedules", "backfill", "five", "--from",
                       "2026-11-27T00:00Z", "--to", "2026-11-27T00:10Z"});
   EXPECT_EQ(unasked.code, 6) << unasked.out << unasked.err;
+  EXPECT_EQ(cli_json({"schedules", "backfill", "five", "--from",
+                      "2026-11-27T00:00Z", "--to", "2026-11-27T00:10Z",
+                      "--dry-run"})["ticks"],
+            3);
+  EXPECT_EQ(cli({"schedules", "backfill", "five", "--from",
+                 "2026-11-27T00:10Z", "--to", "2026-11-27T00:00Z"})
+              .code,
+            2);
   auto filled = cli_json({"schedules", "backfill", "five", "--from",
                           "2026-11-27T00:00Z", "--to", "2026-11-27T00:10Z",
                           "--yes"});
@@ -470,10 +479,15 @@ TEST_F(cli_test, schedules_are_listed_paused_resumed_backfilled_and_removed) {
   EXPECT_EQ(cli_json({"schedules", "show", "five"})["started"], 4);
   EXPECT_EQ(cli({"schedules", "backfill", "five", "--from", "yesterday"}).code,
             2);
+  EXPECT_EQ(cli_json({"schedules", "remove", "five", "--dry-run"})
+              ["would_remove"],
+            "five");
   ASSERT_EQ(cli({"schedules", "remove", "five", "--yes"}).code, 0);
   auto gone = cli({"schedules", "show", "five"});
   EXPECT_EQ(gone.code, 3);
-  EXPECT_NE(gone.err.find("schedules::list"), std::string::npos) << gone.err;
+  EXPECT_NE(gone.err.find("perdure schedules list"), std::string::npos)
+    << gone.err;
+  EXPECT_EQ(cli({"schedules", "pause", "nope"}).code, 3);
 }
 
 TEST_F(cli_test, a_cancel_from_the_cli_while_a_step_runs_ends_the_run_cancelled) {

@@ -318,6 +318,32 @@ TEST_F(schedule_test, apply_makes_an_owners_schedules_exactly_the_given_ones) {
   }
 }
 
+TEST_F(schedule_test, a_row_this_process_cannot_read_is_left_to_others) {
+  runtime rt{cfg()};
+  register_all(rt);
+  rt.start();
+  sch::create(rt, every_minute("good", "report"));
+  sch::create(rt, every_minute("strange", "report"));
+  // As a process with newer time zone data would have stored it.
+  test::sql_client sql{db_};
+  sql.exec("UPDATE " + sql.table("schedules")
+             + " SET time_zone = 'Mars/Olympus_Mons' WHERE name = 'strange'");
+  auto before = sql.scalar("SELECT due_at FROM " + sql.table("schedules")
+                           + " WHERE name = 'strange'");
+  sch::ticker ticker{rt, {.poll = 20ms}};
+  for (int i = 1; i <= 3; ++i) {
+    clock_->set(utc(2026, 3, 7, 12, i));
+    ticker.fire_due();
+  }
+  EXPECT_EQ(runs_of("good").size(), 3u);
+  EXPECT_TRUE(runs_of("strange").empty());
+  // Untouched: its cursor is the one another process will fire from.
+  EXPECT_EQ(sql.scalar("SELECT due_at FROM " + sql.table("schedules")
+                       + " WHERE name = 'strange'"),
+            before);
+  EXPECT_EQ(sch::show(rt, "strange").missed, 0);
+}
+
 TEST_F(schedule_test, bad_specs_are_refused_saying_what_to_do) {
   runtime rt{cfg()};
   register_all(rt);

@@ -9,6 +9,7 @@
 #include "perdure/cli/filters.hpp"
 #include "perdure/cli/output.hpp"
 #include "perdure/client.hpp"
+#include "perdure/error.hpp"
 #include "perdure/schedules/schedule.hpp"
 
 namespace perdure::cli {
@@ -72,14 +73,30 @@ nlohmann::json schedule_json(const sch::schedule_info& s) {
   };
 }
 
-/// Adds `schedules <verb> NAME` running `act(client, name)`.
+/// `f()`, with the library's "no schedule" said as the CLI says it.
 template <class F>
-void add_named(CLI::App& group, context& ctx, const char* verb,
-               const char* what, F act) {
+auto about(const std::string& name, F f) {
+  try {
+    return f();
+  } catch (const perdure::error& e) {
+    if (e.code() != errc::not_found)
+      throw;
+    throw cli_error(exit_code::not_found,
+                    "no schedule '" + name
+                      + "' (perdure schedules list shows them)");
+  }
+}
+
+/// Adds `schedules <verb> NAME` running `act(context, name)`; a dry run
+/// (where `dry_run` says what would be done) looks without acting.
+template <class F>
+CLI::App* add_named(CLI::App& group, context& ctx, const char* verb,
+                    const char* what, F act) {
   auto* cmd = group.add_subcommand(verb, what);
   auto name = std::make_shared<std::string>();
   cmd->add_option("NAME", *name, "The schedule")->required();
-  cmd->callback([&ctx, name, act] { act(ctx, *name); });
+  cmd->callback([&ctx, name, act] { about(*name, [&] { act(ctx, *name); }); });
+  return cmd;
 }
 
 } // namespace
@@ -133,9 +150,10 @@ void add_schedule_commands(CLI::App& app, context& ctx) {
   add_named(*group, ctx, "resume",
             "Fire again, from the first tick after now",
             [](context& ctx, const std::string& name) {
-              sch::resume(ctx.client(), name);
-              if (!ctx.json({{"resumed", name}}))
-                ctx.out << "resumed " << name << '\n';
+              auto was_paused = sch::resume(ctx.client(), name);
+              if (!ctx.json({{"schedule", name}, {"resumed", was_paused}}))
+                ctx.out << (was_paused ? "resumed " : "not paused: ") << name
+                        << '\n';
             });
   add_named(*group, ctx, "trigger", "Start a run now",
             [](context& ctx, const std::string& name) {
@@ -143,13 +161,25 @@ void add_schedule_commands(CLI::App& app, context& ctx) {
               if (!ctx.json({{"started", id}}))
                 ctx.out << "started " << id << '\n';
             });
-  add_named(*group, ctx, "remove", "Remove a schedule (its runs stay)",
-            [](context& ctx, const std::string& name) {
-              ctx.confirm("remove schedule " + name);
-              sch::remove(ctx.client(), name);
-              if (!ctx.json({{"removed", name}}))
-                ctx.out << "removed " << name << '\n';
-            });
+  {
+    auto dry = std::make_shared<bool>(false);
+    auto* cmd = add_named(
+      *group, ctx, "remove", "Remove a schedule (its runs stay)",
+      [dry](context& ctx, const std::string& name) {
+        auto s = sch::show(ctx.client(), name); // not found: says so
+        if (*dry) {
+          if (!ctx.json({{"would_remove", name}, {"started", s.started}}))
+            ctx.out << "would remove " << name << " (its " << s.started
+                    << " runs stay)\n";
+          return;
+        }
+        ctx.confirm("remove schedule " + name);
+        sch::remove(ctx.client(), name);
+        if (!ctx.json({{"removed", name}}))
+          ctx.out << "removed " << name << '\n';
+      });
+    cmd->add_flag("--dry-run", *dry, "Say what would be removed");
+  }
   {
     auto* cmd = group->add_subcommand(
       "backfill", "Start the run of every tick in a range that has none");
@@ -160,7 +190,10 @@ void add_schedule_commands(CLI::App& app, context& ctx) {
     cmd->add_option("--from", *from, "First time (ISO 8601, or an age: 2d)")
       ->required();
     cmd->add_option("--to", *to, "Last time (default: now)");
-    cmd->callback([&ctx, name, from, to] {
+    auto dry = std::make_shared<bool>(false);
+    cmd->add_flag("--dry-run", *dry,
+                  "Count the range's ticks, start nothing");
+    cmd->callback([&ctx, name, from, to, dry] {
       auto now = std::chrono::system_clock::now();
       auto start = parse_time(*from, now);
       auto end = to->empty() ? std::optional{now} : parse_time(*to, now);
@@ -168,9 +201,31 @@ void add_schedule_commands(CLI::App& app, context& ctx) {
         throw cli_error(exit_code::usage,
                         "--from and --to take ISO 8601 times "
                         "(2026-11-27T02:00Z) or ages (2d, 6h)");
+      if (*end < *start)
+        throw cli_error(exit_code::usage,
+                        "--to is before --from: give the earlier time as "
+                        "--from");
+      auto s = about(*name, [&] { return sch::show(ctx.client(), *name); });
+      if (*dry) {
+        sch::fire_times times{sch::cron_expression::parse(s.spec.cron),
+                              s.spec.time_zone, s.spec.repeat};
+        std::int64_t ticks = 0;
+        auto first = std::chrono::floor<std::chrono::seconds>(*start)
+                     - std::chrono::seconds{1};
+        for (auto t = times.next_after(first); t && *t <= *end;
+             t = times.next_after(*t))
+          ++ticks;
+        if (!ctx.json({{"schedule", *name}, {"ticks", ticks}}))
+          ctx.out << ticks << " ticks from " << iso_time(*start) << " to "
+                  << iso_time(*end)
+                  << " (those with a run already are not started again)\n";
+        return;
+      }
       ctx.confirm("start " + *name + "'s runs for its ticks from "
                   + iso_time(*start) + " to " + iso_time(*end));
-      auto n = sch::backfill(ctx.client(), *name, *start, *end);
+      auto n = about(*name, [&] {
+        return sch::backfill(ctx.client(), *name, *start, *end);
+      });
       if (!ctx.json({{"schedule", *name}, {"started", n}}))
         ctx.out << "started " << n << " runs\n";
     });

@@ -39,20 +39,34 @@ std::optional<sys_seconds> fire_times::next_after(sys_seconds after) const {
   // The local time `after` shows: no matching local time before it can
   // fire after it, except (with both) the second pass of the time itself.
   auto shown = to_civil(zone_->to_local(after));
-  auto first = first_beyond(after, shown + seconds{1}, pick::earliest);
+  auto info = zone_->get_info(after);
+  // In the second pass of a repeated hour, no first pass of a time before
+  // the end of the repeat comes after `after`: start there (not a walk
+  // through the rest of the hour).
+  auto from = shown + seconds{1};
+  // (Only near a change: a zone without one has `begin` and `end` at the
+  // ends of time.)
+  constexpr std::chrono::hours near{24};
+  auto before = after - info.begin <= near
+                  ? zone_->get_info(info.begin - seconds{1})
+                  : info;
+  if (before.offset > info.offset) {
+    auto repeat_end = civil_seconds{(info.begin + before.offset).time_since_epoch()};
+    if (shown < repeat_end)
+      from = std::max(from, repeat_end);
+  }
+  auto first = first_beyond(after, from, pick::earliest);
   if (repeat_ == dst_repeat::first)
     return first;
   // A repeated time's second pass can come after `after` although the
-  // local time it repeats lies before `shown` (in the repeated hour,
-  // 01:00 EST follows 01:45 EDT): start at `after` read with the lower of
-  // the offsets now and after the next change (if it is near), the
-  // earliest local time whose second pass can come after it.
-  auto info = zone_->get_info(after);
-  auto low = info.offset;
-  if (info.end - after <= std::chrono::hours{3})
-    low = std::min(low, zone_->get_info(info.end).offset);
-  auto second = first_beyond(after, civil_seconds{(after + low).time_since_epoch()},
-                             pick::latest);
+  // time lies before `shown` (at 01:45 EDT, 01:00 EST is still to come):
+  // if the clocks go back next, start at the repeat's first local time.
+  auto second_from = shown;
+  auto next = info.end - after <= near ? zone_->get_info(info.end) : info;
+  if (next.offset < info.offset)
+    second_from = std::min(
+      shown, civil_seconds{(info.end + next.offset).time_since_epoch()});
+  auto second = first_beyond(after, second_from, pick::latest);
   if (!first)
     return second;
   if (!second)

@@ -135,16 +135,17 @@ void pause(client& c, std::string_view name) {
   });
 }
 
-void resume(client& c, std::string_view name) {
-  with_store(c, [&](persistence::store& db, std::int64_t now) {
+bool resume(client& c, std::string_view name) {
+  return with_store(c, [&](persistence::store& db, std::int64_t now) {
     auto s = db.get_schedule(name);
     if (!s)
       no_such(name);
     if (!s->paused)
-      return; // its due ticks stay due (catch-up decides them)
+      return false; // its due ticks stay due (catch-up decides them)
     set_cursor(*s, now);
     if (!db.set_schedule_paused(name, false, s->next_tick_ms, s->due_ms, now))
       no_such(name);
+    return true;
   });
 }
 
@@ -170,28 +171,27 @@ std::int64_t backfill(client& c, std::string_view name, time_point from,
     if (!s)
       no_such(name);
     auto times = detail::times_of(*s);
+    // Every tick first (a range too long is refused before any start).
     std::vector<persistence::schedule_decision::start> ticks;
+    for (auto t = detail::next_tick_after(times, to_ms(from) - 1, to_ms(to));
+         t; t = detail::next_tick_after(times, *t, to_ms(to))) {
+      if (static_cast<std::int64_t>(ticks.size()) == most)
+        throw perdure::error(errc::invalid_argument,
+                             "a backfill of more than 100 000 ticks: split "
+                             "the range (nothing was started)");
+      ticks.push_back({detail::tick_run_id(name, *t), *t});
+    }
     std::int64_t started = 0;
-    auto flush = [&] {
-      auto n = db.start_schedule_runs(name, ticks, now);
+    for (std::size_t at = 0; at < ticks.size(); at += 1000) {
+      std::vector<persistence::schedule_decision::start> chunk(
+        ticks.begin() + static_cast<std::ptrdiff_t>(at),
+        ticks.begin()
+          + static_cast<std::ptrdiff_t>(std::min(at + 1000, ticks.size())));
+      auto n = db.start_schedule_runs(name, chunk, now);
       if (!n)
         no_such(name);
       started += *n;
-      ticks.clear();
-    };
-    std::int64_t count = 0;
-    for (auto t = detail::next_tick_after(times, to_ms(from) - 1, to_ms(to));
-         t; t = detail::next_tick_after(times, *t, to_ms(to))) {
-      if (++count > most)
-        throw perdure::error(errc::invalid_argument,
-                             "a backfill of more than 100 000 ticks: split "
-                             "the range (" + std::to_string(started)
-                               + " started so far)");
-      ticks.push_back({detail::tick_run_id(name, *t), *t});
-      if (ticks.size() == 1000)
-        flush();
     }
-    flush();
     return started;
   });
 }

@@ -98,8 +98,9 @@ void update(client& c, const schedule_spec& spec);
 /// counted. Throws `not_found`.
 void pause(client& c, std::string_view name);
 
-/// Fires again from the first tick after now. Throws `not_found`.
-void resume(client& c, std::string_view name);
+/// Fires again from the first tick after now; returns false (and changes
+/// nothing) if it was not paused. Throws `not_found`.
+bool resume(client& c, std::string_view name);
 
 /// Starts a run now, outside the cursor (`sched:<name>:trigger:<time>`),
 /// whatever the overlap policy; returns its id. Throws `not_found`.

@@ -33,12 +33,17 @@ struct ticker::impl {
   std::mutex mtx;
   std::condition_variable wake;
   std::mutex pass_mtx; // one pass at a time (the loop's, fire_due's)
+  /// Schedules the last pass decided (not left as they were).
+  std::int64_t last_effective = 0;
   bool stopping = false;
   bool jumped = false;
   std::thread thread;
   /// Fire times by cron, zone and repeat rule (parsed once each).
   std::map<std::tuple<std::string, std::string, std::string>, fire_times>
     times;
+  /// Schedules this process could not read, left alone until then (steady
+  /// clock): their rows stay as they are, for a process that can.
+  std::map<std::string, std::chrono::steady_clock::time_point> unreadable;
   /// perdure_schedule_ticks_total and the lateness of the ticks started.
   telemetry::family<telemetry::counter>& ticks;
   telemetry::histogram& lateness;
@@ -109,27 +114,48 @@ struct ticker::impl {
     auto& rt = client_access::services(c);
     perdure::detail::client_gate::call call{*rt.gate};
     auto now = rt.clock->now_ms();
-    std::vector<std::pair<std::string, std::int64_t>> due; // name, due ms
+    // Per schedule planned: its name, jitter, and whether it was left as
+    // it was.
+    struct planned {
+      std::string name;
+      std::int64_t jitter_ms;
+      bool left;
+    };
+    std::vector<planned> due;
     auto decided = rt.stores->with([&](persistence::store& db) {
       return db.fire_schedules(
         now, opts.batch,
         [&](const persistence::schedule_record& r, bool active) {
-          due.emplace_back(r.name, r.due_ms.value_or(now));
-          try {
-            return decide(r, active, now);
-          } catch (const std::exception& ex) {
-            // A row this process cannot read (a zone its tzdata lacks, an
-            // expression an older parser refuses) waits, and the others
-            // fire: it is looked at again after a poll.
-            rt.logger.error("perdure: schedule '{}' cannot be fired by this "
-                            "process ({}); update it, or fire it from a "
-                            "process that can",
-                            r.name, ex.what());
+          // Left as it was: the row's own cursor written back.
+          auto unchanged = [&] {
             persistence::schedule_decision d;
             d.next_tick_ms = r.next_tick_ms;
-            d.due_ms = now + opts.poll.count();
+            d.due_ms = r.due_ms;
             d.buffered = r.buffered;
             return d;
+          };
+          due.push_back({r.name, r.jitter_ms, true});
+          auto skip = unreadable.find(r.name);
+          if (skip != unreadable.end()) {
+            if (std::chrono::steady_clock::now() < skip->second)
+              return unchanged();
+            unreadable.erase(skip);
+          }
+          try {
+            auto d = decide(r, active, now);
+            due.back().left = false;
+            return d;
+          } catch (const std::exception& ex) {
+            // A row this process cannot read (a zone its tzdata lacks, an
+            // expression an older parser refuses) is left to a process
+            // that can, untouched; this one looks again in a minute.
+            unreadable[r.name]
+              = std::chrono::steady_clock::now() + std::chrono::minutes{1};
+            rt.logger.error("perdure: schedule '{}' cannot be fired by this "
+                            "process ({}); another process fires it, or "
+                            "update it (looked at again in a minute)",
+                            r.name, ex.what());
+            return unchanged();
           }
         });
     });
@@ -139,18 +165,25 @@ struct ticker::impl {
               due.end() - static_cast<std::ptrdiff_t>(
                             std::min(due.size(), decided.size())));
     auto committed = rt.clock->now_ms();
+    std::int64_t effective = 0;
     for (std::size_t i = 0; i < decided.size() && i < due.size(); ++i) {
       auto& d = decided[i];
-      auto& name = due[i].first;
-      auto started = d.started;
-      count(name, "started", started);
+      auto& name = due[i].name;
+      if (!due[i].left)
+        ++effective;
+      count(name, "started", d.started);
       count(name, "skipped", d.skipped);
       count(name, "missed", d.missed);
       count(name, "caught_up", d.caught_up);
-      if (started > 0)
-        lateness.observe(static_cast<double>(committed - due[i].second)
-                         / 1000.0);
+      // One sample per tick started: from its due time (tick and jitter).
+      for (auto& start : d.starts)
+        lateness.observe(
+          static_cast<double>(committed - start.tick_ms
+                              - detail::jitter_of(name, start.tick_ms,
+                                                  due[i].jitter_ms))
+          / 1000.0);
     }
+    last_effective = effective;
     for (auto& d : decided)
       if (!d.cancel_run_id.empty()) {
         // After the commit: the new run started; the old one is asked to
@@ -186,9 +219,12 @@ struct ticker::impl {
         auto until = std::chrono::milliseconds{*due - rt.clock->now_ms()};
         wait = std::clamp(until, std::chrono::milliseconds{0}, opts.poll);
         // Due but not decided: another process holds the row (a long
-        // catch-up): look again shortly, not at once.
+        // catch-up), or it is one this process cannot read: look again
+        // shortly (or at the poll), not at once.
         if (wait.count() == 0 && last == 0)
           wait = std::min(opts.poll, std::chrono::milliseconds{10});
+        if (wait.count() == 0 && last_effective == 0)
+          wait = opts.poll;
       }
       if (wait > std::chrono::milliseconds{0} && !jumped)
         wake.wait_for(guard, wait, [&] { return stopping || jumped; });
