@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   perdure::cli::add_object_commands(app, ctx);
   perdure::cli::add_queue_commands(app, ctx);
   perdure::cli::add_schedule_commands(app, ctx);
+  perdure::cli::add_retention_commands(app, ctx);
   perdure::cli::add_health_commands(app, ctx);
   perdure::cli::add_serve_command(app, ctx);
   app.parse_complete_callback([&] {

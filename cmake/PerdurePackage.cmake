@@ -7,7 +7,7 @@ include(CMakePackageConfigHelpers)
 set(PERDURE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/perdure)
 
 install(TARGETS perdure_telemetry perdure_persistence perdure_actors perdure perdure_sagas
-                perdure_queues perdure_schedules
+                perdure_queues perdure_schedules perdure_retention
         EXPORT perdureTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -18,6 +18,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/telemetry/perdure
                   ${PROJECT_SOURCE_DIR}/sagas/perdure
                   ${PROJECT_SOURCE_DIR}/queues/perdure
                   ${PROJECT_SOURCE_DIR}/schedules/perdure
+                  ${PROJECT_SOURCE_DIR}/retention/perdure
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp"
         # Concept folders under detail/ are machinery: no public header

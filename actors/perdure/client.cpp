@@ -21,6 +21,7 @@
 #include "perdure/detail/runtime/client_access.hpp"
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/runtime/runtime_impl.hpp"
+#include "perdure/detail/runs/collected.hpp"
 #include "perdure/detail/time_math.hpp"
 #include "perdure/detail/tracing/run_trace.hpp"
 #include "perdure/persistence/detail/migrations.hpp"
@@ -133,7 +134,8 @@ void check_same_start(const persistence::run_record& existing,
     throw error(errc::conflicting_id,
                 "workflow id '" + run.id + "' already names a run of '"
                   + existing.name + "'");
-  if (existing.inputs != run.inputs)
+  // A tombstone's inputs are gone: its workflow is all there is to compare.
+  if (existing.inputs != run.inputs && !existing.collected_at_ms)
     throw error(errc::conflicting_id,
                 "workflow id '" + run.id
                   + "' already names a run with other inputs");
@@ -306,8 +308,13 @@ void client::resume(const std::string& id, resume_options opts) {
   auto out = resume_one(rt, id, opts);
   if (!out.was)
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
-  if (!out.resumed)
+  if (!out.resumed) {
+    auto run = rt.svc.admin->with(
+      [&](persistence::store& db) { return db.get_run(id); });
+    if (run)
+      detail::throw_if_collected(*run);
     throw error(errc::invalid_argument, not_resumable(id, *out.was));
+  }
 }
 
 namespace {
@@ -631,6 +638,7 @@ run_detail client::describe(const std::string& id) {
   d.dedup_id = run->dedup_id;
   d.saga_phase = run->saga_phase;
   d.cancel_requested = run->cancel_requested;
+  d.collected_at = at_opt(run->collected_at_ms);
   return d;
 }
 

@@ -53,7 +53,8 @@ task<void> send_when_due(workflow_context& ctx, delayed_call call) {
 /// Throws `conflicting_id` unless `existing` is the same call as `run`.
 void check_same_call(const persistence::run_record& existing,
                      const persistence::run_record& run) {
-  if (existing.name != run.name || existing.inputs != run.inputs)
+  if (existing.name != run.name
+      || (existing.inputs != run.inputs && !existing.collected_at_ms))
     throw error(errc::conflicting_id,
                 "idempotency key of call '" + run.id
                   + "' was used before for another handler or input");

@@ -8,6 +8,7 @@
 
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/runtime/runtime_impl.hpp"
+#include "perdure/detail/runs/collected.hpp"
 #include "perdure/detail/time_math.hpp"
 #include "perdure/persistence/text.hpp"
 
@@ -28,6 +29,7 @@ std::optional<run_outcome> stored_outcome(runtime_impl& rt,
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
   if (!is_terminal(run->status))
     return std::nullopt;
+  throw_if_collected(*run);
   return run_outcome{run->status, std::move(run->output),
                      std::move(run->error)};
 }

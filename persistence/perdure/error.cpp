@@ -10,6 +10,7 @@ const char* to_string(errc code) noexcept {
     case errc::payload_too_large: return "payload_too_large";
     case errc::decode_failed: return "decode_failed";
     case errc::conflicting_id: return "conflicting_id";
+    case errc::collected: return "collected";
     case errc::not_found: return "not_found";
     case errc::fenced: return "fenced";
     case errc::non_determinism: return "non_determinism";

@@ -59,6 +59,10 @@ enum class errc : std::uint8_t {
   /// The run, a queue item, ended DEAD_LETTER: its attempts failed. The
   /// message carries the last error; `queues::requeue` runs it again.
   dead_letter,
+  /// The run ended and retention collected it: its inputs, output and
+  /// journal are gone; its id (a tombstone) says how it ended, and a
+  /// start under that id is refused, until its policy lets the id go.
+  collected,
 };
 
 /// Returns the stable name of `code`, e.g. `"conflicting_id"`.

@@ -93,6 +93,9 @@ struct run_detail {
   std::string saga_phase{};
   /// A cancellation was asked for (a saga observes it).
   bool cancel_requested = false;
+  /// When retention collected it (perdure/retention): its inputs, output,
+  /// error and journal are gone, its id kept as a tombstone.
+  std::optional<std::chrono::system_clock::time_point> collected_at{};
 };
 
 /// One executor (a runtime's lease) as the store sees it

@@ -30,4 +30,7 @@ void add_schedule_commands(CLI::App& app, context& ctx);
 /// `executors`, `versions`, `doctor`.
 void add_health_commands(CLI::App& app, context& ctx);
 
+/// `retention`: the collectors' turn, totals and what waits.
+void add_retention_commands(CLI::App& app, context& ctx);
+
 } // namespace perdure::cli

@@ -73,6 +73,10 @@ void show_run(context& ctx, const std::string& id) {
   field("inputs", clip(text(j["inputs"]), 100));
   field("output", clip(text(j["output"]), 100));
   field("error", text(j["error"]));
+  if (j.contains("collected_at") && !j["collected_at"].is_null())
+    field("collected", time_of(j["collected_at"])
+                         + " by retention: inputs, output and journal gone; "
+                           "the id is kept until its policy frees it");
   auto& journal = j["journal"];
   out << "\nJournal (" << journal.size() << " entries)\n";
   if (journal.empty()) {

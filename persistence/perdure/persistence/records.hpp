@@ -157,6 +157,10 @@ struct run_record {
   /// span of the run that started it); empty: none (its trace id is then
   /// derived from its id).
   std::string traceparent;
+  /// Set once retention collected the run (perdure/retention): its inputs,
+  /// output, error and journal are gone; its id and how it ended remain,
+  /// a tombstone, until its policy lets the id go.
+  std::optional<std::int64_t> collected_at_ms;
   /// A saga's phase (`saga_phase`), empty for any other run: cancelling a
   /// saga signals it instead of ending it.
   std::string saga_phase;

@@ -75,14 +75,16 @@ bool owns(sql_tx& tx, const fence& owner, std::string_view run_id,
 bool mark_delivered(sql_tx& tx, std::string_view run_id, std::int64_t at_ms) {
   static const sql_query q{"wake_run",
                            "UPDATE {s}runs SET wake_at = CASE WHEN wake_at > "
-                           "$2 THEN 0 ELSE wake_at END WHERE id = $1"};
+                           "$2 THEN 0 ELSE wake_at END WHERE id = $1 AND "
+                           "collected_at IS NULL"};
   return tx.run(q, {run_id, at_ms}) == 1;
 }
 
 /// Stores resolution `r` in `tx`.
 resolve_result resolve_in(sql_tx& tx, const resolution& r) {
   static const sql_query run_exists{
-    "run_exists", "SELECT 1 FROM {s}runs WHERE id = $1"};
+    "run_exists",
+    "SELECT 1 FROM {s}runs WHERE id = $1 AND collected_at IS NULL"};
   static const sql_query awakeable_exists{
     "awakeable_exists", "SELECT 1 FROM {s}journal WHERE run_id = $1 AND seq "
                         "= $2 AND kind = 'awakeable' AND name = $3"};
@@ -118,7 +120,8 @@ bool send_in(sql_tx& tx, const outgoing_message& m) {
   static const sql_query pg{
     "send_message",
     "WITH woken AS (UPDATE {s}runs SET wake_at = CASE WHEN wake_at > $4 THEN "
-    "0 ELSE wake_at END WHERE id = $1 RETURNING id) INSERT INTO {s}messages "
+    "0 ELSE wake_at END WHERE id = $1 AND collected_at IS NULL RETURNING id) "
+    "INSERT INTO {s}messages "
     "(run_id, topic, payload, created_at) SELECT id, $2, $3, $4 FROM woken"};
   static const sql_query insert{
     "insert_message", "INSERT INTO messages (run_id, topic, payload, "

@@ -150,8 +150,8 @@ run_store::fork_outcome fork_in(sql_tx& tx,
   using fork_outcome = run_store::fork_outcome;
   static const sql_query source{
     "fork_source",
-    "SELECT CASE WHEN object_type IS NULL THEN 0 ELSE 1 END FROM {s}runs "
-    "WHERE id = $1"};
+    "SELECT CASE WHEN object_type IS NOT NULL THEN 1 WHEN collected_at IS "
+    "NOT NULL THEN 2 ELSE 0 END FROM {s}runs WHERE id = $1"};
   static const sql_query heads{
     "fork_heads",
     "SELECT seq, kind, name, outcome, CASE WHEN kind IN ('phase', 'patch') "
@@ -188,8 +188,13 @@ run_store::fork_outcome fork_in(sql_tx& tx,
   if (!invocation)
     return out;
   out.what = fork_outcome::result::refused;
-  if (*invocation) {
+  if (*invocation == 1) {
     out.why = "it is an object invocation: call the object again";
+    return out;
+  }
+  if (*invocation == 2) {
+    out.why = "retention collected it (its journal is gone): start the "
+              "workflow anew";
     return out;
   }
   std::vector<entry_head> journal;

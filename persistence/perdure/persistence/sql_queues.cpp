@@ -176,7 +176,8 @@ std::optional<run_record> sql_store::requeue(std::string_view id,
     "requeue",
     "UPDATE {s}runs SET status = 'ENQUEUED', executor = '', attempts = 0, "
     "error = NULL, output = NULL, not_before = NULL, wake_at = NULL, "
-    "updated_at = $2 WHERE id = $1 AND status = 'DEAD_LETTER' RETURNING "
+    "updated_at = $2 WHERE id = $1 AND status = 'DEAD_LETTER' AND "
+    "collected_at IS NULL RETURNING "
       + detail::run_columns};
   std::optional<run_record> out;
   try {

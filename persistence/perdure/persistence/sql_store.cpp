@@ -107,7 +107,7 @@ sql_store::resume_run(std::string_view run_id,
     "app_version = COALESCE($3, app_version), updated_at = $2 WHERE id = $1 "
     "AND status = $4 AND status IN ('ERROR', 'CANCELLED', "
     "'RETRIES_EXCEEDED', 'BLOCKED') AND queue_name IS NULL AND object_type "
-    "IS NULL"};
+    "IS NULL AND collected_at IS NULL"};
   // What failed it: the last step or transaction that failed, unless a
   // saga phase came after it (a compensated saga ends as it did).
   static const sql_query failed_at{

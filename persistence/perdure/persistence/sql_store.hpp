@@ -128,6 +128,26 @@ public:
                       const std::vector<schedule_decision::start>& starts,
                       std::int64_t at_ms) override;
 
+  // -- retention (sql_retention.cpp) ---------------------------------------------
+
+  bool claim_retention(std::string_view holder, std::int64_t now_ms,
+                       std::int64_t until_ms) override;
+  void release_retention(std::string_view holder) override;
+  retention_progress retention_state() override;
+  std::vector<std::string> retained_workflows(bool tombstones) override;
+  std::vector<run_record> collectable_runs(std::string_view name,
+                                           std::string_view status,
+                                           std::int64_t before_ms,
+                                           std::int64_t limit,
+                                           bool whole) override;
+  std::vector<std::string> collect_runs(const std::vector<std::string>& ids,
+                                        std::int64_t at_ms,
+                                        std::int64_t* rows) override;
+  std::int64_t expire_tombstones(std::string_view name,
+                                 std::string_view status,
+                                 std::int64_t before_ms, std::int64_t limit,
+                                 std::int64_t at_ms) override;
+
 protected:
   /// Runs `body` with a transaction that only reads (or autocommit),
   /// retried on transient failures as every store method is.

@@ -18,6 +18,7 @@
 #include "perdure/persistence/queue_store.hpp"
 #include "perdure/persistence/records.hpp"
 #include "perdure/persistence/run_store.hpp"
+#include "perdure/persistence/retention_store.hpp"
 #include "perdure/persistence/schedule_store.hpp"
 #include "perdure/persistence/store_metrics.hpp"
 
@@ -61,7 +62,8 @@ class store : public run_store,
               public object_store,
               public queue_store,
               public operator_store,
-              public schedule_store {
+              public schedule_store,
+              public retention_store {
 public:
   ~store() override = default;
 

@@ -52,8 +52,9 @@ void check_same(const persistence::run_record& existing,
                 const persistence::run_record& item) {
   if (existing.id != item.id)
     return; // the dedup id's holder: returned as it is
-  if (existing.name != item.name || existing.inputs != item.inputs
-      || existing.queue_name != item.queue_name)
+  // A tombstone's inputs are gone (retention): not compared.
+  if (existing.name != item.name || existing.queue_name != item.queue_name
+      || (existing.inputs != item.inputs && !existing.collected_at_ms))
     throw perdure::error(errc::conflicting_id,
                          "workflow id '" + item.id
                            + "' already names another run");

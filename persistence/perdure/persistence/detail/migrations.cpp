@@ -67,6 +67,32 @@ std::vector<std::string> schedules_table(const std::string& prefix,
   };
 }
 
+/// Retention (migration 18): when a run was collected; its roots (runs
+/// with no parent: children go with them) that ended and were not
+/// collected, and the tombstones, each by workflow, status and end (a
+/// run that ends enters the first; nothing live is in either, so the hot
+/// path pays one index entry per ended root); awakeable outcomes by run;
+/// and the collector's turn and totals (one process at a time).
+std::vector<std::string> retention_schema(const std::string& prefix,
+                                          const std::string& integer) {
+  auto roots = std::string{" WHERE status IN "} + ended_statuses
+               + " AND parent_id IS NULL";
+  return {
+    "ALTER TABLE " + prefix + "runs ADD COLUMN collected_at " + integer,
+    "CREATE INDEX runs_ended ON " + prefix + "runs (name, status, updated_at)"
+      + roots + " AND collected_at IS NULL",
+    "CREATE INDEX runs_tombstones ON " + prefix
+      + "runs (name, status, updated_at)" + roots
+      + " AND collected_at IS NOT NULL",
+    "CREATE INDEX resolutions_run ON " + prefix + "resolutions (run_id)",
+    "CREATE TABLE " + prefix + "retention_state (id INTEGER PRIMARY KEY, "
+      "holder TEXT NOT NULL, held_until " + integer + " NOT NULL, "
+      "runs_collected " + integer + " NOT NULL, ids_expired " + integer
+      + " NOT NULL, last_batch_at " + integer + " NOT NULL)",
+    "INSERT INTO " + prefix + "retention_state VALUES (1, '', 0, 0, 0, 0)",
+  };
+}
+
 } // namespace
 
 std::vector<migration> sqlite_migrations() {
@@ -286,6 +312,8 @@ std::vector<migration> sqlite_migrations() {
      {"ALTER TABLE runs ADD COLUMN traceparent TEXT"}},
     {17, "schedules: a definition and a durable cursor per schedule",
      with(schedules_table("", "INTEGER", "BLOB"), schedule_view(false, ""))},
+    {18, "retention: collected runs, tombstones, the collector's turn",
+     retention_schema("", "INTEGER")},
   };
 }
 
@@ -515,6 +543,8 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      {"ALTER TABLE " + s + "runs ADD COLUMN traceparent TEXT"}},
     {17, "schedules: a definition and a durable cursor per schedule",
      with(schedules_table(s, "BIGINT", "BYTEA"), schedule_view(true, s))},
+    {18, "retention: collected runs, tombstones, the collector's turn",
+     retention_schema(s, "BIGINT")},
   };
 }
 

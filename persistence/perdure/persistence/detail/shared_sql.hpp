@@ -21,6 +21,14 @@ inline constexpr const char* failed_statuses_condition
   = "status IN ('ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'COMPENSATED', "
     "'COMPENSATION_FAILED', 'DEAD_LETTER', 'BLOCKED')";
 
+/// The statuses of runs that ended for good (`is_terminal`): what
+/// retention may collect, spelled as the partial indexes of migration 18
+/// name it (SQLite uses a partial index only when a query names its
+/// condition term for term).
+inline constexpr const char* ended_statuses
+  = "('SUCCESS', 'ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'COMPENSATED', "
+    "'COMPENSATION_FAILED', 'DEAD_LETTER')";
+
 /// The name a journal entry of completed saga `o` takes in its undo run
 /// `n` (both SQL expressions): ids derived from the run's own id -- its
 /// children's and calls' (`<id>.<seq>`, or `<id>.<name>`), the waits for

@@ -9,7 +9,7 @@ const std::string run_columns
     "recovery_attempts, app_version, created_at, updated_at, wake_at, "
     "parent_id, deadline, call_chain, saga_phase, cancel_requested_at, "
     "queue_name, priority, partition_key, dedup_id, not_before, started_at, "
-    "attempts, object_type, object_key, traceparent";
+    "attempts, object_type, object_key, traceparent, collected_at";
 
 std::string qualified_run_columns(const std::string& t) {
   std::string out;
@@ -63,6 +63,7 @@ run_record read_run(const sql_row& row, int first) {
   r.object_type = row.opt_text(c(25)).value_or(std::string{});
   r.object_key = row.opt_text(c(26)).value_or(std::string{});
   r.traceparent = row.opt_text(c(27)).value_or(std::string{});
+  r.collected_at_ms = row.opt_int64(c(28));
   return r;
 }
 

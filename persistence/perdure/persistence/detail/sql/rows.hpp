@@ -15,7 +15,7 @@ namespace perdure::persistence::detail {
 extern const std::string run_columns;
 
 /// How many columns `run_columns` names.
-inline constexpr int run_column_count = 28;
+inline constexpr int run_column_count = 29;
 
 /// `run_columns`, each qualified by table alias `t` (`t.id, t.name, ...`).
 std::string qualified_run_columns(const std::string& t);

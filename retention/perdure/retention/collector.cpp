@@ -1,0 +1,326 @@
+// The collecting loop of one process: every `interval`, if it has the
+// turn, collects what is past its policy (oldest end first, workflow by
+// workflow, status by status), then frees the ids whose tombstones
+// expired. Each batch is one transaction and renews the turn; a kill
+// loses at most the batch in flight (rolled back), and whoever collects
+// next starts from what is still there.
+
+#include "perdure/retention/collector.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/logger.h>
+
+#include "perdure/clock.hpp"
+#include "perdure/detail/execution/store_pool.hpp"
+#include "perdure/detail/metrics/runtime_metrics.hpp"
+#include "perdure/detail/runs/run_registry.hpp"
+#include "perdure/detail/runtime/client_access.hpp"
+#include "perdure/detail/runtime/client_gate.hpp"
+#include "perdure/detail/runtime/ids.hpp"
+#include "perdure/detail/runtime/services.hpp"
+#include "perdure/error.hpp"
+#include "perdure/persistence/store.hpp"
+
+namespace perdure::retention {
+
+using perdure::detail::client_access;
+
+namespace {
+
+constexpr run_status ended_statuses[] = {
+  run_status::success,          run_status::error,
+  run_status::cancelled,        run_status::retries_exceeded,
+  run_status::compensated,      run_status::compensation_failed,
+  run_status::dead_letter,
+};
+
+/// `now - d`, not below the epoch's start (a keep of years on a young
+/// clock).
+std::int64_t before(std::int64_t now, std::chrono::milliseconds d) {
+  return d.count() > now ? 0 : now - d.count();
+}
+
+} // namespace
+
+struct collector::impl {
+  client& c;
+  policies pols;
+  collector_options opts;
+  std::string holder = "retention-" + perdure::detail::process_executor_id();
+  std::mutex mtx;
+  std::condition_variable wake;
+  std::mutex pass_mtx; // one pass at a time (the loop's, collect_now's)
+  bool stopping = false;
+  std::thread thread;
+  telemetry::family<telemetry::counter>& collected;
+  telemetry::family<telemetry::counter>& expired;
+  telemetry::counter& archive_failures;
+
+  impl(client& c, policies p, collector_options o)
+    : c(c),
+      pols(std::move(p)),
+      opts(std::move(o)),
+      collected(registry().counter_family(
+        "perdure_retention_collected_total",
+        "Ended runs retention collected here (roots; their descendants go "
+        "with them), by workflow and status.",
+        {"workflow", "status"})),
+      expired(registry().counter_family(
+        "perdure_retention_ids_expired_total",
+        "Tombstones retention deleted here (their ids free again), by "
+        "workflow.",
+        {"workflow"})),
+      archive_failures(registry()
+                         .counter_family("perdure_retention_archive_failures_"
+                                         "total",
+                                         "Runs the archive hook threw for "
+                                         "(left for the next pass).",
+                                         {})
+                         .with()) {}
+
+  telemetry::registry& registry() {
+    return client_access::services(c).metrics.registry;
+  }
+
+  bool stopped() {
+    std::lock_guard guard{mtx};
+    return stopping;
+  }
+
+  /// Sleeps so that the batch that took `took` is `duty` of the time.
+  void pace(std::chrono::steady_clock::duration took) {
+    if (opts.duty >= 1.0)
+      return;
+    auto rest = std::chrono::duration_cast<std::chrono::microseconds>(
+      took * ((1.0 - opts.duty) / opts.duty));
+    std::unique_lock guard{mtx};
+    wake.wait_for(guard, rest, [&] { return stopping; });
+  }
+
+  /// `f(store)` with a connection of the pool, held for that call only
+  /// (a pass pauses between batches).
+  template <class F>
+  auto with_db(F&& f) {
+    return client_access::services(c).stores->with(std::forward<F>(f));
+  }
+
+  /// Renews the turn; false if it was lost (another process took it).
+  bool renew(std::int64_t now) {
+    return with_db([&](persistence::store& db) {
+      return db.claim_retention(holder, now, now + opts.turn.count());
+    });
+  }
+
+  /// Hands `runs` to the archive; returns the ids it took (stops at the
+  /// first failure: what follows waits for the next pass, in order).
+  std::vector<std::string> archive(const std::vector<persistence::run_record>& runs,
+                                   pass_result& out) {
+    std::vector<std::string> ids;
+    for (auto& r : runs) {
+      try {
+        archived_run a;
+        a.id = r.id;
+        a.workflow = r.name;
+        a.status = std::string{to_string(r.status)};
+        a.created_at_ms = r.created_at_ms;
+        a.ended_at_ms = r.updated_at_ms;
+        a.inputs = r.inputs;
+        a.output = r.output;
+        a.error = r.error.value_or(std::string{});
+        a.export_json = c.export_run(r.id);
+        opts.archive(a);
+        ids.push_back(r.id);
+      } catch (const std::exception& ex) {
+        ++out.archive_failures;
+        archive_failures.add();
+        client_access::services(c).logger.warn(
+          "perdure: retention's archive failed for run {} ({}); it is kept "
+          "and offered again next pass",
+          r.id, ex.what());
+        break;
+      }
+    }
+    return ids;
+  }
+
+  /// Collects workflow `name`'s runs that ended `status` before `cutoff`.
+  /// False once the turn is lost or the collector stops.
+  bool collect(const std::string& name,
+               run_status status, std::int64_t cutoff, pass_result& out) {
+    auto& rt = client_access::services(c);
+    auto status_text = to_string(status);
+    while (!stopped()) {
+      auto started = std::chrono::steady_clock::now();
+      auto runs = with_db([&](persistence::store& db) {
+        return db.collectable_runs(name, status_text, cutoff, opts.batch,
+                                   static_cast<bool>(opts.archive));
+      });
+      if (runs.empty())
+        return true;
+      std::vector<std::string> ids;
+      if (opts.archive)
+        ids = archive(runs, out);
+      else
+        for (auto& r : runs)
+          ids.push_back(r.id);
+      auto now = rt.clock->now_ms();
+      std::int64_t rows = 0;
+      auto roots = with_db([&](persistence::store& db) {
+        return db.collect_runs(ids, now, &rows);
+      });
+      out.collected += static_cast<std::int64_t>(roots.size());
+      out.rows += rows;
+      if (!roots.empty())
+        collected.with({name, std::string{status_text}})
+          .add(static_cast<std::uint64_t>(roots.size()));
+      if (!renew(rt.clock->now_ms()))
+        return false;
+      pace(std::chrono::steady_clock::now() - started);
+      // Fewer than asked: the rest is younger (or waits for the archive,
+      // or for a descendant to end).
+      if (roots.empty() || ids.size() < runs.size()
+          || static_cast<std::int64_t>(runs.size()) < opts.batch)
+        return true;
+    }
+    return false;
+  }
+
+  /// Frees the ids of workflow `name`'s tombstones that ended `status`
+  /// before `cutoff`. False once the turn is lost or the collector stops.
+  bool expire(const std::string& name,
+              run_status status, std::int64_t cutoff, pass_result& out) {
+    auto& rt = client_access::services(c);
+    while (!stopped()) {
+      auto started = std::chrono::steady_clock::now();
+      auto n = with_db([&](persistence::store& db) {
+        return db.expire_tombstones(name, to_string(status), cutoff,
+                                    opts.batch, rt.clock->now_ms());
+      });
+      out.expired += n;
+      if (n > 0)
+        expired.with({name}).add(static_cast<std::uint64_t>(n));
+      if (!renew(rt.clock->now_ms()))
+        return false;
+      pace(std::chrono::steady_clock::now() - started);
+      if (n < opts.batch)
+        return true;
+    }
+    return false;
+  }
+
+  pass_result pass() {
+    std::lock_guard one{pass_mtx};
+    auto& rt = client_access::services(c);
+    perdure::detail::client_gate::call call{*rt.gate};
+    pass_result out;
+    auto now = rt.clock->now_ms();
+    if (!renew(now))
+      return out;
+    out.had_turn = true;
+    auto names = [&](bool tombstones) {
+      return with_db([&](persistence::store& db) {
+        return db.retained_workflows(tombstones);
+      });
+    };
+    for (auto& name : names(false)) {
+      auto* p = pols.of(name);
+      if (!p)
+        continue;
+      for (auto status : ended_statuses)
+        if (auto* k = keep_of(*p, status))
+          if (!collect(name, status, before(now, k->run), out))
+            return out;
+    }
+    for (auto& name : names(true)) {
+      auto* p = pols.of(name);
+      if (!p)
+        continue; // the policy was removed: its tombstones stay
+      for (auto status : ended_statuses)
+        if (auto* k = keep_of(*p, status))
+          if (!expire(name, status, before(now, k->run + k->tombstone), out))
+            return out;
+    }
+    return out;
+  }
+
+  void run() {
+    auto& rt = client_access::services(c);
+    std::unique_lock guard{mtx};
+    // The first pass after one interval (a process starting is busy).
+    wake.wait_for(guard, opts.interval, [&] { return stopping; });
+    while (!stopping) {
+      guard.unlock();
+      try {
+        auto r = pass();
+        if (r.collected > 0 || r.expired > 0)
+          rt.logger.info("perdure: retention collected {} runs ({} rows) and "
+                         "freed {} ids",
+                         r.collected, r.rows, r.expired);
+      } catch (const std::exception& ex) {
+        rt.logger.warn("perdure: a retention pass failed (tried again in {} "
+                       "ms): {}",
+                       opts.interval.count(), ex.what());
+      }
+      guard.lock();
+      wake.wait_for(guard, opts.interval, [&] { return stopping; });
+    }
+  }
+};
+
+collector::collector(client& c, policies p, collector_options opts) {
+  validate(p);
+  if (opts.interval <= std::chrono::milliseconds{0} || opts.batch <= 0
+      || !(opts.duty > 0.0 && opts.duty <= 1.0)
+      || opts.turn <= std::chrono::milliseconds{0})
+    throw perdure::error(errc::invalid_argument,
+                         "retention collector options: interval, batch and "
+                         "turn must be positive, duty in (0, 1]");
+  auto& rt = client_access::services(c);
+  if (!rt.runs->running())
+    throw perdure::error(errc::not_running,
+                         "start the runtime before its retention collector");
+  impl_ = std::make_shared<impl>(c, std::move(p), std::move(opts));
+  impl_->thread = std::thread{[self = impl_.get()] { self->run(); }};
+}
+
+collector::~collector() {
+  {
+    std::lock_guard guard{impl_->mtx};
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  impl_->thread.join();
+  // The turn goes back at once: another process's collector need not
+  // wait for it to run out.
+  try {
+    client_access::services(impl_->c).stores->with(
+      [&](persistence::store& db) { db.release_retention(impl_->holder); });
+  } catch (const std::exception&) {
+    // it runs out by itself
+  }
+}
+
+status read_status(client& c) {
+  auto& rt = client_access::services(c);
+  perdure::detail::client_gate::call call{*rt.gate};
+  auto p = rt.stores->with(
+    [](persistence::store& db) { return db.retention_state(); });
+  auto at = [](std::int64_t ms) {
+    return ms > 0 ? std::optional{std::chrono::system_clock::time_point{
+                      std::chrono::milliseconds{ms}}}
+                  : std::nullopt;
+  };
+  return {p.holder,      at(p.held_until_ms), at(p.last_batch_at_ms),
+          p.runs_collected, p.ids_expired,  p.ended_roots,
+          p.tombstones};
+}
+
+pass_result collector::collect_now() {
+  return impl_->pass();
+}
+
+} // namespace perdure::retention
