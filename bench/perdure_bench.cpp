@@ -44,6 +44,7 @@
 #include "support/test_support.hpp"
 #include "bench_support.hpp"
 #include "operators_bench.hpp"
+#include "retention_bench.hpp"
 #include "schedule_bench.hpp"
 #ifdef PERDURE_BENCH_OBSERVABILITY
 #include "observability_bench.hpp"
@@ -1003,6 +1004,8 @@ int main(int argc, char** argv) {
 #endif
     } else if (o.scenario == "schedule_lateness") {
       schedule_lateness(o);
+    } else if (o.scenario == "retention") {
+      retention(o);
     } else if (o.scenario == "fork") {
       fork_run(o);
     } else if (o.scenario == "takeover") {

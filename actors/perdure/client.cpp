@@ -112,6 +112,7 @@ std::string client::export_run(const std::string& id) {
   });
   if (!run)
     throw error(errc::not_found, "no workflow run with id '" + id + "'");
+  detail::throw_if_collected(*run);
   detail::exported_run out;
   out.id = run->id;
   out.workflow = run->name;

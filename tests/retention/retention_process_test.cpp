@@ -2,7 +2,7 @@
 // processes each run a steady workload and a collector that collects
 // every ended run at once; each is SIGKILLed after a random moment and
 // the next takes over (its turn runs out in 300 ms). The store starts with
-// 2 000 ended roots (a tenth with a child) and work that must stay: an
+// 20 000 ended roots (a tenth with a child) and work that must stay: an
 // ended root whose child still waits in a queue, a BLOCKED root with an
 // ended child. After every kill: nothing half-collected (a tombstone
 // with rows left, a kept run with rows missing, a child collected apart
@@ -143,9 +143,10 @@ TEST(retention_processes, collection_survives_kills_under_a_workload) {
   test::sql_client sql{db};
   seeder seed{sql};
   auto hour_ago = test::wall_ms() - 3'600'000;
-  // 2 000 ended roots, 200 of them with an ended child.
-  seed.runs(2000, "'old-' || g", "SUCCESS", "NULL", hour_ago);
-  seed.runs(200, "'old-' || g || '.0'", "SUCCESS", "'old-' || g", hour_ago);
+  // 20 000 ended roots, 2 000 of them with an ended child: the workers
+  // (25 roots a batch) take seconds, so kills land mid-collection.
+  seed.runs(20000, "'old-' || g", "SUCCESS", "NULL", hour_ago);
+  seed.runs(2000, "'old-' || g || '.0'", "SUCCESS", "'old-' || g", hour_ago);
   // Kept: ended roots whose child waits in a queue nobody serves; a
   // BLOCKED root (no process retries it) with an ended child.
   seed.runs(20, "'keep-a' || g", "SUCCESS", "NULL", hour_ago);
@@ -166,21 +167,26 @@ TEST(retention_processes, collection_survives_kills_under_a_workload) {
                          + " WHERE id LIKE 'old-%' AND collected_at IS NOT "
                            "NULL");
   };
+  int mid_collection = 0; // kills with part of the seeded runs collected
   for (int i = 0; i < kills; ++i) {
     test::child_process w{{PERDURE_RETENTION_WORKER, db.url, db.schema,
                            "w" + std::to_string(i)}};
     ASSERT_TRUE(w.wait_for("READY", 30s)) << w.output();
     std::this_thread::sleep_for(std::chrono::milliseconds{life_ms(rng)});
     w.sigkill();
+    auto done = collected_old();
+    if (done > 0 && done < 22000)
+      ++mid_collection;
     check_consistent(sql, "after kill " + std::to_string(i) + " ("
-                            + std::to_string(collected_old())
+                            + std::to_string(done)
                             + " seeded runs collected)");
   }
+  EXPECT_GE(mid_collection, 2) << "the kills did not land mid-collection";
   // One more, left to finish: every seeded root and child collected.
   test::child_process last{{PERDURE_RETENTION_WORKER, db.url, db.schema,
                             "last"}};
   ASSERT_TRUE(last.wait_for("READY", 30s)) << last.output();
-  EXPECT_TRUE(test::eventually([&] { return collected_old() == 2200; }, 60s))
+  EXPECT_TRUE(test::eventually([&] { return collected_old() == 22000; }, 120s))
     << collected_old();
   // The killed workers' runs were taken over and ended (then collected).
   EXPECT_TRUE(test::eventually(

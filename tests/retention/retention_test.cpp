@@ -44,7 +44,8 @@ task<int> parent(workflow_context& ctx, int n) {
   co_return co_await child;
 }
 
-task<int> waiter(workflow_context& ctx, int) {
+task<int> waiter(workflow_context& ctx, int n) {
+  co_await ctx.step("ready", [n] { return n; });
   co_return co_await ctx.recv<int>("go");
 }
 
@@ -218,13 +219,16 @@ TEST_F(retention_test, live_work_is_never_touched) {
   EXPECT_EQ(rt.start_workflow<int>("leaves_early", 0, {.id = "e1"}).get(20s), 1);
   // A parent that ended and a child that still waits: the parent's tree is
   // not done.
-  ASSERT_TRUE(test::eventually([&] { return exists("e1.0") || count("runs", "parent_id = 'e1'") == 1; }));
+  ASSERT_TRUE(
+    test::eventually([&] { return count("runs", "parent_id = 'e1'") == 1; }));
+  ASSERT_TRUE(test::eventually([&] { return dependents("w1") > 0; }));
   ret::policies all;
-  all.all = ret::policy{ret::keep{0ms, 0ms}, ret::keep{0ms, 0ms},
-                        ret::keep{0ms, 0ms}};
+  // Tombstones kept longer than e1 has been over (a year, below).
+  all.all = ret::policy{ret::keep{0ms, 500 * 24h}, ret::keep{0ms, 500 * 24h},
+                        ret::keep{0ms, 500 * 24h}};
   ret::collector gc{rt, all, driven()};
   clock_->advance(24h * 365);
-  gc.collect_now();
+  EXPECT_EQ(gc.collect_now().rows, 0);
   EXPECT_FALSE(collected("w1"));
   EXPECT_FALSE(collected("e1"));
   EXPECT_GT(dependents("w1"), 0);
@@ -239,17 +243,20 @@ TEST_F(retention_test, live_work_is_never_touched) {
   EXPECT_EQ(rt.retrieve_workflow<int>(child).get(20s), 5);
   rt.send("w1", "go", 6);
   EXPECT_EQ(w.get(20s), 6);
+  clock_->advance(1s); // they ended at the clock's now: past it now
   auto r = gc.collect_now();
   EXPECT_EQ(r.collected, 2); // e1 (with its child) and w1
   EXPECT_EQ(r.rows, 3);
   EXPECT_TRUE(collected("e1"));
   EXPECT_TRUE(collected(child));
   EXPECT_EQ(dependents(child), 0);
-  // Tombstones of zero: freed in the same pass, the child's with its root.
+  // The tombstones expire together, the child's with its root's.
+  clock_->advance(501 * 24h);
   r = gc.collect_now();
-  EXPECT_EQ(r.expired, 0); // already gone: the first pass expired them
+  EXPECT_EQ(r.expired, 3);
   EXPECT_FALSE(exists("e1"));
   EXPECT_FALSE(exists(child));
+  EXPECT_FALSE(exists("w1"));
 }
 
 TEST_F(retention_test, a_child_goes_with_its_root_under_the_roots_policy) {
@@ -270,14 +277,14 @@ TEST_F(retention_test, a_child_goes_with_its_root_under_the_roots_policy) {
   EXPECT_EQ(count("runs", "parent_id = 'p1' AND collected_at IS NULL"), 1);
   // The root's policy takes both.
   ret::policies by_root;
-  by_root.workflows["parent"].succeeded = ret::keep{1h, 1h};
+  by_root.workflows["parent"].succeeded = ret::keep{1h, 48h};
   ret::collector gc{rt, by_root, driven()};
   auto r = gc.collect_now();
   EXPECT_EQ(r.collected, 1);
   EXPECT_EQ(r.rows, 2);
   EXPECT_EQ(count("runs", "parent_id = 'p1' AND collected_at IS NOT NULL"), 1);
   EXPECT_EQ(count("journal", "run_id LIKE 'p1%'"), 0);
-  clock_->advance(2h);
+  clock_->advance(48h);
   EXPECT_EQ(gc.collect_now().expired, 2);
   EXPECT_EQ(count("runs", "id LIKE 'p1%'"), 0);
 }
@@ -302,7 +309,7 @@ TEST_F(retention_test, the_archive_sees_each_run_before_it_goes) {
   ret::collector gc{rt, keep_succeeded(0ms, 24h), opts};
   clock_->advance(1min);
   auto r = gc.collect_now();
-  // In end order: a1 archived and collected; a2 refused, so a2 and what
+  // In (end, id) order: a1 archived and collected; a2 refused, so a2 and what
   // follows wait for the next pass.
   EXPECT_EQ(r.archive_failures, 1);
   EXPECT_EQ(r.collected, 1);
@@ -326,9 +333,7 @@ TEST_F(retention_test, one_collector_has_the_turn_at_a_time) {
   runtime a{cfg("a")};
   register_all(a);
   a.start();
-  runtime b{cfg("b")};
-  register_all(b);
-  b.start();
+  client b{cfg("b")}; // a client: SQLite has one runtime per file
   a.start_workflow<std::string>("greet", std::string{"x"}, {.id = "t1"})
     .get(20s);
   auto first = std::make_unique<ret::collector>(a, keep_succeeded(1h, 24h),

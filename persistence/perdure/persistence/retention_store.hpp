@@ -51,11 +51,13 @@ public:
 
   /// Up to `limit` ended roots of workflow `name` in status `status` that
   /// ended before `before_ms`, not collected and with no unended child,
-  /// oldest end first; whole (`whole`: inputs, output and error too, for
-  /// an archive) or by id, name, status and times only.
+  /// in (end, id) order after (`after_ms`, `after_id`); whole (`whole`:
+  /// inputs, output and error too, for an archive) or by id, name, status
+  /// and end only.
   virtual std::vector<run_record>
   collectable_runs(std::string_view name, std::string_view status,
-                   std::int64_t before_ms, std::int64_t limit, bool whole)
+                   std::int64_t before_ms, std::int64_t limit, bool whole,
+                   std::int64_t after_ms, std::string_view after_id)
     = 0;
 
   /// Collects the roots of `ids` that are still ended, uncollected roots

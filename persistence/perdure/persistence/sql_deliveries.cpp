@@ -93,8 +93,21 @@ resolve_result resolve_in(sql_tx& tx, const resolution& r) {
     "INSERT INTO {s}resolutions (id, run_id, seq, outcome, payload, error, "
     "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO "
     "NOTHING"};
+  // PostgreSQL: the run's row held first (shared), so retention cannot
+  // collect it between the checks and the insert (which would leave the
+  // outcome behind, for a later run of the id to find).
+  static const sql_query hold{
+    "resolve_hold_run",
+    "SELECT 1 FROM {s}runs WHERE id = $1 AND collected_at IS NULL FOR "
+    "SHARE"};
   auto known = false;
   auto found = [&](const sql_row&) { known = true; };
+  if (tx.dialect() == sql_dialect::postgresql) {
+    tx.run(hold, {std::string_view{r.run_id}}, found);
+    if (!known)
+      return resolve_result::unknown_id;
+    known = false;
+  }
   if (r.seq < 0)
     tx.run(run_exists, {std::string_view{r.run_id}}, found);
   else

@@ -13,6 +13,7 @@
 
 namespace perdure::persistence {
 
+using detail::sql_dialect;
 using detail::sql_query;
 using detail::sql_row;
 using detail::sql_tx;
@@ -148,10 +149,16 @@ std::string cut_refusal(const std::vector<entry_head>& journal,
 run_store::fork_outcome fork_in(sql_tx& tx,
                                 const run_store::fork_request& req) {
   using fork_outcome = run_store::fork_outcome;
+  // PostgreSQL: the source's row held (shared) while its journal is
+  // copied: retention cannot collect it meanwhile.
   static const sql_query source{
     "fork_source",
     "SELECT CASE WHEN object_type IS NOT NULL THEN 1 WHEN collected_at IS "
     "NOT NULL THEN 2 ELSE 0 END FROM {s}runs WHERE id = $1"};
+  static const sql_query source_pg{
+    "fork_source_held",
+    "SELECT CASE WHEN object_type IS NOT NULL THEN 1 WHEN collected_at IS "
+    "NOT NULL THEN 2 ELSE 0 END FROM {s}runs WHERE id = $1 FOR SHARE"};
   static const sql_query heads{
     "fork_heads",
     "SELECT seq, kind, name, outcome, CASE WHEN kind IN ('phase', 'patch') "
@@ -183,7 +190,10 @@ run_store::fork_outcome fork_in(sql_tx& tx,
     "$1::text AND k.kind = 'event' AND k.outcome = 0 AND k.name = j.name AND "
     "k.seq > j.seq AND k.seq < $3)"};
   fork_outcome out;
-  auto invocation = tx.first(source, {std::string_view{req.source_id}},
+  auto invocation = tx.first(tx.dialect() == sql_dialect::postgresql
+                               ? source_pg
+                               : source,
+                             {std::string_view{req.source_id}},
                              [](const sql_row& r) { return r.int64(0); });
   if (!invocation)
     return out;

@@ -221,7 +221,7 @@ queue_stats sql_store::count_queue(std::string_view queue,
   static const sql_query more{
     "queue_counts",
     "SELECT (SELECT count(*) FROM {s}runs WHERE queue_name = $1 AND status "
-    "= 'DEAD_LETTER'), (SELECT count(*) FROM {s}queue_starts WHERE "
+    "= 'DEAD_LETTER' AND collected_at IS NULL), (SELECT count(*) FROM {s}queue_starts WHERE "
     "queue_name = $1 AND started_at > $2)"};
   queue_stats c;
   autocommit([&](sql_tx& tx) {

@@ -164,15 +164,17 @@ std::vector<std::string> sql_store::retained_workflows(bool tombstones) {
 std::vector<run_record>
 sql_store::collectable_runs(std::string_view name, std::string_view status,
                             std::int64_t before_ms, std::int64_t limit,
-                            bool whole) {
-  // A root a child of which has not ended (started and left running) is
-  // passed over here, not only by the collection (no batch of them only).
+                            bool whole, std::int64_t after_ms,
+                            std::string_view after_id) {
+  // In (end, id) order after the cursor: a root the collection left (a
+  // descendant still going) is passed, not met again in this pass. One
+  // whose child has not ended is passed here already.
   auto where = " FROM {s}runs o WHERE name = $1 AND status = $2 AND updated_at "
                "< $3 AND " + uncollected_root()
-               + " AND NOT EXISTS (SELECT 1 FROM {s}runs k WHERE k.parent_id "
-                 "= o.id AND k.parent_id IS NOT NULL AND k.status NOT "
-                 "IN " + detail::ended_statuses
-               + ") ORDER BY updated_at LIMIT $4";
+               + " AND (updated_at > $5 OR (updated_at = $5 AND id > $6)) AND "
+                 "NOT EXISTS (SELECT 1 FROM {s}runs k WHERE k.parent_id = "
+                 "o.id AND k.parent_id IS NOT NULL AND k.status NOT IN "
+               + detail::ended_statuses + ") ORDER BY updated_at, id LIMIT $4";
   static const sql_query full{"retention_candidates_whole",
                               "SELECT " + detail::run_columns + where};
   static const sql_query ids{"retention_candidates",
@@ -180,7 +182,8 @@ sql_store::collectable_runs(std::string_view name, std::string_view status,
   std::vector<run_record> out;
   read([&](sql_tx& tx) {
     out.clear();
-    tx.run(whole ? full : ids, {name, status, before_ms, limit},
+    tx.run(whole ? full : ids,
+           {name, status, before_ms, limit, after_ms, after_id},
            [&](const sql_row& r) {
              if (whole) {
                out.push_back(detail::read_run(r));
@@ -200,12 +203,17 @@ sql_store::collectable_runs(std::string_view name, std::string_view status,
 std::vector<std::string>
 sql_store::collect_runs(const std::vector<std::string>& ids,
                         std::int64_t at_ms, std::int64_t* rows) {
-  // PostgreSQL: the roots locked first (a resume waits, then finds the
-  // run collected), then one statement; SQLite's writer is alone.
+  // PostgreSQL: the ended runs of the trees locked first (an operator's
+  // resume of one waits, then finds it collected, or wins and the tree is
+  // left; a run still going is not waited for: it holds its tree), then
+  // one statement deciding on what it sees then; SQLite's writer is alone.
   static const sql_query lock{
     "retention_lock",
-    "SELECT id FROM {s}runs WHERE id = ANY($1::text[]) AND "
-      + uncollected_root() + " ORDER BY id FOR UPDATE"};
+    "WITH RECURSIVE tree(id) AS (SELECT id FROM {s}runs WHERE id = "
+    "ANY($1::text[]) UNION ALL SELECT r.id FROM {s}runs r JOIN tree t ON "
+    "r.parent_id = t.id WHERE r.parent_id IS NOT NULL) SELECT id FROM "
+    "{s}runs WHERE id IN (SELECT id FROM tree) AND status IN "
+      + std::string{detail::ended_statuses} + " ORDER BY id FOR UPDATE"};
   static const sql_query pg{
     "retention_collect", [] {
       std::string q = picked_cte(pg_roots);

@@ -138,8 +138,9 @@ public:
   std::vector<run_record> collectable_runs(std::string_view name,
                                            std::string_view status,
                                            std::int64_t before_ms,
-                                           std::int64_t limit,
-                                           bool whole) override;
+                                           std::int64_t limit, bool whole,
+                                           std::int64_t after_ms,
+                                           std::string_view after_id) override;
   std::vector<std::string> collect_runs(const std::vector<std::string>& ids,
                                         std::int64_t at_ms,
                                         std::int64_t* rows) override;

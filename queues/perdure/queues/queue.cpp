@@ -8,6 +8,7 @@
 #include "perdure/detail/runtime/queue_hooks.hpp"
 #include "perdure/detail/runs/run_registry.hpp"
 #include "perdure/detail/runtime/services.hpp"
+#include "perdure/detail/runs/collected.hpp"
 #include "perdure/detail/tracing/run_trace.hpp"
 #include "perdure/persistence/detail/channel.hpp"
 #include "perdure/persistence/notice.hpp"
@@ -247,9 +248,14 @@ void requeue(client& c, const std::string& id) {
   auto item = rt.stores->with([&](persistence::store& db) {
     return db.requeue(id, perdure::detail::now_ms(), {});
   });
-  if (!item)
+  if (!item) {
+    auto run = rt.stores->with(
+      [&](persistence::store& db) { return db.get_run(id); });
+    if (run)
+      perdure::detail::throw_if_collected(*run);
     throw perdure::error(errc::not_found,
                          "'" + id + "' is not a dead-lettered queue item");
+  }
   if (rt.queues)
     rt.queues->notice(item->queue_name);
 }

@@ -39,9 +39,16 @@ constexpr run_status ended_statuses[] = {
 };
 
 /// `now - d`, not below the epoch's start (a keep of years on a young
-/// clock).
+/// clock, or `milliseconds::max()`: for ever).
 std::int64_t before(std::int64_t now, std::chrono::milliseconds d) {
   return d.count() > now ? 0 : now - d.count();
+}
+
+/// `a + b`, saturating (`max()` is "for ever").
+std::chrono::milliseconds plus(std::chrono::milliseconds a,
+                               std::chrono::milliseconds b) {
+  auto max = std::chrono::milliseconds::max();
+  return a > max - b ? max : a + b;
 }
 
 } // namespace
@@ -103,9 +110,13 @@ struct collector::impl {
 
   /// `f(store)` with a connection of the pool, held for that call only
   /// (a pass pauses between batches).
+  /// The client's gate is held for that call too: stopping the runtime
+  /// waits for a statement, not for a pass.
   template <class F>
   auto with_db(F&& f) {
-    return client_access::services(c).stores->with(std::forward<F>(f));
+    auto& rt = client_access::services(c);
+    perdure::detail::client_gate::call call{*rt.gate};
+    return rt.stores->with(std::forward<F>(f));
   }
 
   /// Renews the turn; false if it was lost (another process took it).
@@ -153,14 +164,21 @@ struct collector::impl {
                run_status status, std::int64_t cutoff, pass_result& out) {
     auto& rt = client_access::services(c);
     auto status_text = to_string(status);
+    // Where this walk is, in (end, id) order: roots the collection left
+    // (a descendant still going) are not met again this pass.
+    std::int64_t after_ms = -1;
+    std::string after_id;
     while (!stopped()) {
       auto started = std::chrono::steady_clock::now();
       auto runs = with_db([&](persistence::store& db) {
         return db.collectable_runs(name, status_text, cutoff, opts.batch,
-                                   static_cast<bool>(opts.archive));
+                                   static_cast<bool>(opts.archive), after_ms,
+                                   after_id);
       });
       if (runs.empty())
         return true;
+      after_ms = runs.back().updated_at_ms;
+      after_id = runs.back().id;
       std::vector<std::string> ids;
       if (opts.archive)
         ids = archive(runs, out);
@@ -180,9 +198,9 @@ struct collector::impl {
       if (!renew(rt.clock->now_ms()))
         return false;
       pace(std::chrono::steady_clock::now() - started);
-      // Fewer than asked: the rest is younger (or waits for the archive,
-      // or for a descendant to end).
-      if (roots.empty() || ids.size() < runs.size()
+      // Fewer than asked: the rest is younger. An archive that failed
+      // stops the walk: what follows waits for the next pass, in order.
+      if (ids.size() < runs.size()
           || static_cast<std::int64_t>(runs.size()) < opts.batch)
         return true;
     }
@@ -215,7 +233,6 @@ struct collector::impl {
   pass_result pass() {
     std::lock_guard one{pass_mtx};
     auto& rt = client_access::services(c);
-    perdure::detail::client_gate::call call{*rt.gate};
     pass_result out;
     auto now = rt.clock->now_ms();
     if (!renew(now))
@@ -241,7 +258,8 @@ struct collector::impl {
         continue; // the policy was removed: its tombstones stay
       for (auto status : ended_statuses)
         if (auto* k = keep_of(*p, status))
-          if (!expire(name, status, before(now, k->run + k->tombstone), out))
+          if (!expire(name, status, before(now, plus(k->run, k->tombstone)),
+                      out))
             return out;
     }
     return out;
@@ -306,6 +324,8 @@ collector::~collector() {
 
 status read_status(client& c) {
   auto& rt = client_access::services(c);
+  if (!rt.runs->running())
+    throw perdure::error(errc::not_running, "the runtime is not running");
   perdure::detail::client_gate::call call{*rt.gate};
   auto p = rt.stores->with(
     [](persistence::store& db) { return db.retention_state(); });

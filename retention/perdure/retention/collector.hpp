@@ -44,7 +44,10 @@ struct collector_options {
   /// another process's collector takes over this long after this one
   /// stops.
   std::chrono::milliseconds turn{std::chrono::seconds{30}};
-  /// Called with each run before it is collected; a throw leaves the run
+  /// Called with each run at the top of a tree (a run no other run
+  /// started) before it is collected (its descendants go with it, not
+  /// handed over one by one: its export names its children); a throw
+  /// leaves the run
   /// (and the rest of its workflow and status in this pass) for the next
   /// pass. At least once: a run archived and then resumed by an operator
   /// is archived again when it ends again.

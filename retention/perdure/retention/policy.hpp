@@ -21,7 +21,8 @@ struct keep {
   std::chrono::milliseconds run;
   /// Then its id alone, a tombstone: a start under it returns the
   /// collected run (whose `get()` throws `errc::collected`), not a new
-  /// run. Zero: the id is free as soon as the run is collected.
+  /// run. Zero: the id is free as soon as the run is collected;
+  /// `milliseconds::max()`: never.
   std::chrono::milliseconds tombstone = std::chrono::hours{24 * 7};
 };
 

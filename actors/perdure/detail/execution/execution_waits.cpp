@@ -111,7 +111,14 @@ bool execution::delivered(persistence::store& db, const std::string& run,
       auto r = db.get_run(s.key);
       if (!r || !is_terminal(r->status))
         return false;
-      if (r->status == run_status::success) {
+      if (r->collected_at_ms) {
+        // Another tree's run (a fork's custom child id), collected: its
+        // outcome is gone.
+        w.result = persistence::outcome::terminal;
+        w.error = "run '" + s.key + "' ended "
+                  + std::string{to_string(r->status)}
+                  + " and retention collected it: its outcome is gone";
+      } else if (r->status == run_status::success) {
         w.payload = r->output.value_or(std::string{});
       } else {
         w.result = persistence::outcome::terminal;

@@ -79,8 +79,9 @@ std::vector<std::string> retention_schema(const std::string& prefix,
                + " AND parent_id IS NULL";
   return {
     "ALTER TABLE " + prefix + "runs ADD COLUMN collected_at " + integer,
-    "CREATE INDEX runs_ended ON " + prefix + "runs (name, status, updated_at)"
-      + roots + " AND collected_at IS NULL",
+    "CREATE INDEX runs_ended ON " + prefix
+      + "runs (name, status, updated_at, id)" + roots
+      + " AND collected_at IS NULL",
     "CREATE INDEX runs_tombstones ON " + prefix
       + "runs (name, status, updated_at)" + roots
       + " AND collected_at IS NOT NULL",

@@ -107,8 +107,8 @@ inline std::string complete_sql(const std::string& s, int first) {
            "= ANY("
          + p(0, "text")
          + ") AND r.id = u.id AND r.executor = u.executor AND r.epoch = "
-           "u.epoch AND (r.status = 'PENDING' OR r.status = u.status) "
-           "RETURNING r.id, r.parent_id, u.at";
+           "u.epoch AND (r.status = 'PENDING' OR r.status = u.status) AND "
+           "r.collected_at IS NULL RETURNING r.id, r.parent_id, u.at";
 }
 
 /// Returns how a batch's fence names a run it let through: `<epoch>:<id>`.

@@ -460,7 +460,8 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
       + "runs r SET status = i.status, output = decode(i.output, 'hex'), error "
         "= i.error, updated_at = i.at FROM inv i WHERE r.id = i.run_id AND "
         "r.executor = i.executor AND r.epoch = i.epoch AND (r.status = "
-        "'PENDING' OR r.status = i.status) AND (i.type, i.key) IN (SELECT "
+        "'PENDING' OR r.status = i.status) AND r.collected_at IS NULL AND "
+        "(i.type, i.key) IN (SELECT "
         "type, key FROM held) RETURNING r.id, r.parent_id, i.at), woken AS "
         "(UPDATE " + s
       + "runs p SET wake_at = 0 FROM done d WHERE p.id = d.parent_id AND "

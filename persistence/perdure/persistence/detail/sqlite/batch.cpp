@@ -57,7 +57,7 @@ bool sqlite_store::complete_run(const completion_write& c) {
   // The same status again is accepted (an in-doubt completion re-sent).
   prepare("UPDATE runs SET status = ?1, output = ?2, error = ?3, updated_at = "
           "?4 WHERE id = ?5 AND executor = ?6 AND epoch = ?7 AND (status = "
-          "'PENDING' OR status = ?1)")
+          "'PENDING' OR status = ?1) AND collected_at IS NULL")
     .bind(1, to_string(c.status))
     .bind_opt_blob(2, c.output)
     .bind_opt(3, c.error)
