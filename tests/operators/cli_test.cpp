@@ -18,6 +18,7 @@
 #include "perdure/perdure.hpp"
 #include "perdure/queues/queue.hpp"
 #include "perdure/sagas/saga.hpp"
+#include "perdure/retention/collector.hpp"
 #include "perdure/schedules/schedule.hpp"
 #include "support/test_support.hpp"
 
@@ -488,6 +489,36 @@ TEST_F(cli_test, schedules_are_listed_paused_resumed_backfilled_and_removed) {
   EXPECT_NE(gone.err.find("perdure schedules list"), std::string::npos)
     << gone.err;
   EXPECT_EQ(cli({"schedules", "pause", "nope"}).code, 3);
+}
+
+TEST_F(cli_test, retention_shows_the_turn_totals_and_a_collected_run) {
+  auto before = cli_json({"retention"});
+  EXPECT_EQ(before["holder"], "") << before.dump();
+  EXPECT_EQ(before["runs_collected"], 0);
+  EXPECT_NE(cli({"retention"}).out.find("no collector has run"),
+            std::string::npos);
+  EXPECT_EQ(rt_->start_workflow<int>("double", 4, {.id = "gone-1"}).get(20s),
+            8);
+  std::this_thread::sleep_for(5ms); // ended before now: past a keep of 0
+  namespace ret = perdure::retention;
+  ret::policies p;
+  p.workflows["double"].succeeded = ret::keep{0ms, 24h};
+  {
+    ret::collector gc{*rt_, p, {.interval = 1h}};
+    EXPECT_EQ(gc.collect_now().collected, 1);
+    auto held = cli_json({"retention"});
+    EXPECT_NE(held["holder"].get<std::string>(), "") << held.dump();
+    EXPECT_EQ(held["runs_collected"], 1);
+    EXPECT_EQ(held["tombstones"], 1);
+  }
+  auto shown = cli({"runs", "show", "gone-1"});
+  EXPECT_EQ(shown.code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("collected"), std::string::npos) << shown.out;
+  EXPECT_FALSE(cli_json({"runs", "show", "gone-1"})["collected_at"].is_null());
+  auto resumed = cli({"runs", "resume", "gone-1"});
+  EXPECT_NE(resumed.code, 0);
+  EXPECT_NE(resumed.err.find("retention collected it"), std::string::npos)
+    << resumed.err;
 }
 
 TEST_F(cli_test, a_cancel_from_the_cli_while_a_step_runs_ends_the_run_cancelled) {
