@@ -20,6 +20,7 @@
 #include "perdure/perdure.hpp"
 #include "perdure/persistence/sqlite_store.hpp"
 #include "perdure/queues/queue.hpp"
+#include "perdure/retention/collector.hpp"
 #include "perdure/sagas/saga.hpp"
 #include "support/test_support.hpp"
 
@@ -175,6 +176,16 @@ protected:
     (void)rt.list_runs({.status = run_status::success, .limit = 50});
     (void)rt.list_runs({.name = "steps", .limit = 50});
     (void)rt.history("w1" + tag);
+    {
+      // Retention: what ended over 10 h ago (the oldest clones, in the
+      // second round) collected in batches, and their ids freed at once.
+      namespace ret = perdure::retention;
+      ret::keep k{10h, 0ms};
+      ret::policies keep;
+      keep.all = ret::policy{k, k, k};
+      ret::collector gc{rt, keep, {.interval = 1h, .batch = 500, .duty = 1.0}};
+      (void)gc.collect_now();
+    }
     std::this_thread::sleep_for(600ms); // the stranded check, a sweep
   }
 

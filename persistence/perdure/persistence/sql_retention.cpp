@@ -26,7 +26,7 @@ namespace {
 
 /// `status IN (ended)`: the terms of the partial indexes, word for word.
 std::string ended() {
-  return std::string{"status IN "} + detail::ended_statuses;
+  return detail::ended_condition;
 }
 
 /// An ended root not collected (`runs_ended`'s condition).
@@ -49,17 +49,19 @@ std::string names_of(const std::string& condition) {
 }
 
 /// The batch's roots that may still be collected, with their descendants
-/// (`tree`), the roots one of whose runs has not ended (`held`), and what
-/// is collected (`picked`). `roots`: the ids, as the dialect lists them.
+/// and whether each has not ended (`tree`: the status read as the walk
+/// meets the row, no second look at `runs`), the roots one of whose runs
+/// has not ended (`held`), and what is collected (`picked`). `roots`: the
+/// ids, as the dialect lists them.
 std::string picked_cte(const std::string& roots) {
-  return "WITH RECURSIVE tree(id, root) AS (SELECT id, id FROM {s}runs WHERE "
-         "id IN (" + roots + ") AND " + uncollected_root()
-         + " UNION ALL SELECT r.id, t.root FROM {s}runs r JOIN tree t ON "
-           "r.parent_id = t.id WHERE r.parent_id IS NOT NULL), held(root) AS "
-           "(SELECT t.root FROM tree t JOIN {s}runs r ON r.id = t.id WHERE "
-           "r.status NOT IN " + detail::ended_statuses
-         + "), picked(id, root) AS (SELECT id, root FROM tree WHERE root NOT "
-           "IN (SELECT root FROM held))";
+  return "WITH RECURSIVE tree(id, root, going) AS (SELECT id, id, 0 FROM "
+         "{s}runs WHERE id IN (" + roots + ") AND " + uncollected_root()
+         + " UNION ALL SELECT r.id, t.root, CASE WHEN r.status IN "
+           "('ENQUEUED', 'PENDING', 'BLOCKED') THEN 1 ELSE 0 END FROM "
+           "{s}runs r JOIN tree t ON r.parent_id = t.id WHERE r.parent_id IS "
+           "NOT NULL), held(root) AS (SELECT root FROM tree WHERE going = 1), "
+           "picked(id, root) AS (SELECT id, root FROM tree WHERE root NOT IN "
+           "(SELECT root FROM held))";
 }
 
 constexpr const char* pg_roots = "SELECT unnest($1::text[])";

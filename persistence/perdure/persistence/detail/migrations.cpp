@@ -75,7 +75,7 @@ std::vector<std::string> schedules_table(const std::string& prefix,
 /// and the collector's turn and totals (one process at a time).
 std::vector<std::string> retention_schema(const std::string& prefix,
                                           const std::string& integer) {
-  auto roots = std::string{" WHERE status IN "} + ended_statuses
+  auto roots = std::string{" WHERE "} + ended_condition
                + " AND parent_id IS NULL";
   return {
     "ALTER TABLE " + prefix + "runs ADD COLUMN collected_at " + integer,

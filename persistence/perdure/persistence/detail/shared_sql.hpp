@@ -29,6 +29,16 @@ inline constexpr const char* ended_statuses
   = "('SUCCESS', 'ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'COMPENSATED', "
     "'COMPENSATION_FAILED', 'DEAD_LETTER')";
 
+/// `ended_statuses` as the partial indexes of migration 18 state it, and
+/// every query meant to use them, term for term: three inequalities,
+/// not an IN list. Measured (object_throughput, SQLite, 2026-11-28): with
+/// the index stated as `status IN (seven values)`, 4 700-6 700 calls/s;
+/// stated so, 8 100-10 000; without the index, 8 100-10 100. SQLite
+/// evaluates a partial index's condition on every write of a run, and an
+/// IN list of seven costs far more there than three comparisons.
+inline constexpr const char* ended_condition
+  = "status <> 'ENQUEUED' AND status <> 'PENDING' AND status <> 'BLOCKED'";
+
 /// The name a journal entry of completed saga `o` takes in its undo run
 /// `n` (both SQL expressions): ids derived from the run's own id -- its
 /// children's and calls' (`<id>.<seq>`, or `<id>.<name>`), the waits for
