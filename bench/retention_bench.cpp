@@ -7,10 +7,11 @@
 //                     included)
 //   step_p99_ratio    the workload's step p99 while collecting, over the
 //                     mean of its p99 in the seconds before and after
-//   bytes_*_start/end with --rounds N: the workload for N minutes with
+//   <table>_start/end, <table>_rows_start/end
+//                     with --rounds N: the workload for N minutes with
 //                     retention on (runs kept 10 s, ids 20 more), each
-//                     table's bytes (indexes included) after the first
-//                     minute and at the end
+//                     table's bytes (indexes included) and rows after the
+//                     first minute and at the end
 // BENCH_RETENTION_BATCH and BENCH_RETENTION_DUTY_PCT override the
 // collector's batch (1 000) and duty (50 %).
 
@@ -133,6 +134,9 @@ std::vector<std::pair<std::string, double>> table_bytes(test::sql_client& sql) {
         {std::string{t}}));
     }
     out.emplace_back(t, b);
+    // Rows too: bytes alone cannot tell dead space from rows kept.
+    out.emplace_back(std::string{t} + "_rows",
+                     std::stod(sql.scalar("SELECT COUNT(*) FROM " + sql.table(t))));
   }
   return out;
 }
@@ -224,8 +228,8 @@ void retention(const options& o) {
     line.add("flat_minutes", minutes)
       .add("flat_runs", static_cast<double>(runs_done.load() - runs_at_start));
     for (std::size_t i = 0; i < start.size(); ++i)
-      line.add("bytes_" + start[i].first + "_start", start[i].second)
-        .add("bytes_" + end[i].first + "_end", end[i].second);
+      line.add(start[i].first + "_start", start[i].second)
+        .add(end[i].first + "_end", end[i].second);
   }
   stop = true;
   for (auto& t : load)

@@ -63,6 +63,9 @@ struct collector::impl {
   std::mutex pass_mtx; // one pass at a time (the loop's, collect_now's)
   bool stopping = false;
   std::thread thread;
+  /// Roots per transaction now: halved when one took over `batch_time`,
+  /// grown back (to `batch`) when under half of it.
+  std::int64_t size = 0;
   telemetry::family<telemetry::counter>& collected;
   telemetry::family<telemetry::counter>& expired;
   telemetry::counter& archive_failures;
@@ -96,6 +99,14 @@ struct collector::impl {
   bool stopped() {
     std::lock_guard guard{mtx};
     return stopping;
+  }
+
+  /// Fits the batch size to `write`, what the last transaction took.
+  void fit(std::chrono::steady_clock::duration write) {
+    if (write > opts.batch_time)
+      size = std::max<std::int64_t>(1, size / 2);
+    else if (write * 2 < opts.batch_time)
+      size = std::min(opts.batch, size + size / 2 + 1);
   }
 
   /// Sleeps so that the batch that took `took` is `duty` of the time.
@@ -170,8 +181,9 @@ struct collector::impl {
     std::string after_id;
     while (!stopped()) {
       auto started = std::chrono::steady_clock::now();
+      auto asked = size;
       auto runs = with_db([&](persistence::store& db) {
-        return db.collectable_runs(name, status_text, cutoff, opts.batch,
+        return db.collectable_runs(name, status_text, cutoff, asked,
                                    static_cast<bool>(opts.archive), after_ms,
                                    after_id);
       });
@@ -187,9 +199,11 @@ struct collector::impl {
           ids.push_back(r.id);
       auto now = rt.clock->now_ms();
       std::int64_t rows = 0;
+      auto write = std::chrono::steady_clock::now();
       auto roots = with_db([&](persistence::store& db) {
         return db.collect_runs(ids, now, &rows);
       });
+      fit(std::chrono::steady_clock::now() - write);
       out.collected += static_cast<std::int64_t>(roots.size());
       out.rows += rows;
       if (!roots.empty())
@@ -201,7 +215,7 @@ struct collector::impl {
       // Fewer than asked: the rest is younger. An archive that failed
       // stops the walk: what follows waits for the next pass, in order.
       if (ids.size() < runs.size()
-          || static_cast<std::int64_t>(runs.size()) < opts.batch)
+          || static_cast<std::int64_t>(runs.size()) < asked)
         return true;
     }
     return false;
@@ -214,17 +228,19 @@ struct collector::impl {
     auto& rt = client_access::services(c);
     while (!stopped()) {
       auto started = std::chrono::steady_clock::now();
+      auto asked = size;
       auto n = with_db([&](persistence::store& db) {
-        return db.expire_tombstones(name, to_string(status), cutoff,
-                                    opts.batch, rt.clock->now_ms());
+        return db.expire_tombstones(name, to_string(status), cutoff, asked,
+                                    rt.clock->now_ms());
       });
+      fit(std::chrono::steady_clock::now() - started);
       out.expired += n;
       if (n > 0)
         expired.with({name}).add(static_cast<std::uint64_t>(n));
       if (!renew(rt.clock->now_ms()))
         return false;
       pace(std::chrono::steady_clock::now() - started);
-      if (n < opts.batch)
+      if (n < asked) // rows: a root's descendants count too
         return true;
     }
     return false;
@@ -293,15 +309,26 @@ collector::collector(client& c, policies p, collector_options opts) {
   validate(p);
   if (opts.interval <= std::chrono::milliseconds{0} || opts.batch <= 0
       || !(opts.duty > 0.0 && opts.duty <= 1.0)
-      || opts.turn <= std::chrono::milliseconds{0})
+      || opts.turn <= std::chrono::milliseconds{0}
+      || opts.batch_time < std::chrono::milliseconds{0})
     throw perdure::error(errc::invalid_argument,
                          "retention collector options: interval, batch and "
-                         "turn must be positive, duty in (0, 1]");
+                         "turn must be positive, batch_time not negative, "
+                         "duty in (0, 1]");
   auto& rt = client_access::services(c);
   if (!rt.runs->running())
     throw perdure::error(errc::not_running,
                          "start the runtime before its retention collector");
+  if (opts.batch_time.count() == 0) {
+    // SQLite: a transaction holds the only writer's lock; PostgreSQL's
+    // cost is the commit per batch, so its batches stay large.
+    auto dialect = std::string{rt.stores->with(
+      [](persistence::store& db) { return db.dialect(); })};
+    opts.batch_time = dialect == "sqlite" ? std::chrono::milliseconds{10}
+                                          : std::chrono::milliseconds{200};
+  }
   impl_ = std::make_shared<impl>(c, std::move(p), std::move(opts));
+  impl_->size = impl_->opts.batch;
   impl_->thread = std::thread{[self = impl_.get()] { self->run(); }};
 }
 

@@ -35,8 +35,14 @@ struct archived_run {
 struct collector_options {
   /// How often a pass looks for runs past their policy.
   std::chrono::milliseconds interval{std::chrono::seconds{10}};
-  /// Runs (roots) per transaction.
+  /// Runs (roots) per transaction, at most.
   std::int64_t batch = 1000;
+  /// How long one transaction may take: a batch that took longer is
+  /// halved, one that took under half of it grows back towards `batch`.
+  /// Zero: by store, 10 ms on SQLite (a transaction holds the only
+  /// writer's lock: the workload's steps wait that long), 200 ms on
+  /// PostgreSQL (where a batch's cost is mostly its commit).
+  std::chrono::milliseconds batch_time{0};
   /// The share of time a pass spends in its transactions: it pauses
   /// between batches so the workload keeps the database (0 < duty <= 1).
   double duty = 0.5;
