@@ -55,6 +55,12 @@ task<int> leaves_early(workflow_context& ctx, int) {
   co_return 1;
 }
 
+/// Runs a child that itself leaves a grandchild waiting.
+task<int> grandparent(workflow_context& ctx, int) {
+  auto child = co_await ctx.start_child<int>("leaves_early", 0);
+  co_return co_await child;
+}
+
 class retention_test : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -76,6 +82,7 @@ protected:
     rt.register_workflow("parent", parent);
     rt.register_workflow("waiter", waiter);
     rt.register_workflow("leaves_early", leaves_early);
+    rt.register_workflow("grandparent", grandparent);
   }
 
   /// A collector whose loop never runs by itself (the test drives it).
@@ -257,6 +264,36 @@ TEST_F(retention_test, live_work_is_never_touched) {
   EXPECT_FALSE(exists("e1"));
   EXPECT_FALSE(exists(child));
   EXPECT_FALSE(exists("w1"));
+}
+
+TEST_F(retention_test, a_grandchild_still_going_holds_the_whole_tree) {
+  runtime rt{cfg()};
+  register_all(rt);
+  rt.start();
+  EXPECT_EQ(rt.start_workflow<int>("grandparent", 0, {.id = "g0"}).get(20s), 1);
+  // g0 and its child ended; the grandchild waits.
+  std::string grandchild;
+  ASSERT_TRUE(test::eventually([&] {
+    test::sql_client sql{db_};
+    grandchild = sql.scalar("SELECT COALESCE(MIN(id), '') FROM "
+                            + sql.table("runs") + " WHERE parent_id IN "
+                              "(SELECT id FROM " + sql.table("runs")
+                            + " WHERE parent_id = 'g0')");
+    return !grandchild.empty() && dependents(grandchild) > 0;
+  }));
+  ret::collector gc{rt, keep_succeeded(0ms, 24h), driven()};
+  clock_->advance(1h);
+  EXPECT_EQ(gc.collect_now().rows, 0);
+  EXPECT_EQ(count("runs", "id LIKE 'g0%' AND collected_at IS NOT NULL"), 0);
+  EXPECT_GT(dependents("g0"), 0);
+  rt.send(grandchild, "go", 1);
+  EXPECT_EQ(rt.retrieve_workflow<int>(grandchild).get(20s), 1);
+  clock_->advance(1s);
+  auto r = gc.collect_now();
+  EXPECT_EQ(r.collected, 1);
+  EXPECT_EQ(r.rows, 3);
+  EXPECT_EQ(count("runs", "id LIKE 'g0%' AND collected_at IS NULL"), 0);
+  EXPECT_EQ(dependents(grandchild), 0);
 }
 
 TEST_F(retention_test, a_child_goes_with_its_root_under_the_roots_policy) {

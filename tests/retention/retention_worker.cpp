@@ -56,8 +56,8 @@ int main(int argc, char** argv) {
   }};
   {
     ret::collector gc{rt, all,
-                      {.interval = 20ms, .batch = 25, .duty = 1.0,
-                       .turn = 300ms}};
+                      {.interval = 20ms, .batch = 25, .batch_time = 1s,
+                       .duty = 1.0, .turn = 300ms}};
     std::cout << "READY" << std::endl;
     term.wait();
     stop = true;

@@ -93,12 +93,14 @@ resolve_result resolve_in(sql_tx& tx, const resolution& r) {
     "INSERT INTO {s}resolutions (id, run_id, seq, outcome, payload, error, "
     "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO "
     "NOTHING"};
-  // PostgreSQL: the run's row held first (shared), so retention cannot
-  // collect it between the checks and the insert (which would leave the
-  // outcome behind, for a later run of the id to find).
+  // PostgreSQL: the run's row held first, so retention cannot collect it
+  // between the checks and the insert (which would leave the outcome
+  // behind, for a later run of the id to find). KEY SHARE: it conflicts
+  // with the collector's FOR UPDATE, not with this transaction's own
+  // UPDATE of the row, nor another resolve's or the run's own writes.
   static const sql_query hold{
     "resolve_hold_run",
-    "SELECT 1 FROM {s}runs WHERE id = $1 AND collected_at IS NULL FOR "
+    "SELECT 1 FROM {s}runs WHERE id = $1 AND collected_at IS NULL FOR KEY "
     "SHARE"};
   auto known = false;
   auto found = [&](const sql_row&) { known = true; };

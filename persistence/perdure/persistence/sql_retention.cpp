@@ -24,7 +24,8 @@ using detail::sql_tx;
 
 namespace {
 
-/// `status IN (ended)`: the terms of the partial indexes, word for word.
+/// Ended (`ended_condition`): the terms of the partial indexes, word for
+/// word.
 std::string ended() {
   return detail::ended_condition;
 }
@@ -52,16 +53,23 @@ std::string names_of(const std::string& condition) {
 /// and whether each has not ended (`tree`: the status read as the walk
 /// meets the row, no second look at `runs`), the roots one of whose runs
 /// has not ended (`held`), and what is collected (`picked`). `roots`: the
-/// ids, as the dialect lists them.
-std::string picked_cte(const std::string& roots) {
+/// ids, as the dialect lists them; `locked` (PostgreSQL), the array of
+/// the runs the transaction locked: a run not among them (it ended after
+/// the lock) counts as going, so nothing unlocked is collected.
+std::string picked_cte(const std::string& roots, const std::string& locked) {
+  auto unlocked = locked.empty() ? std::string{}
+                                 : " OR r.id <> ALL(" + locked + ")";
+  auto anchor = locked.empty() ? std::string{}
+                               : " AND id = ANY(" + locked + ")";
   return "WITH RECURSIVE tree(id, root, going) AS (SELECT id, id, 0 FROM "
          "{s}runs WHERE id IN (" + roots + ") AND " + uncollected_root()
+         + anchor
          + " UNION ALL SELECT r.id, t.root, CASE WHEN r.status IN "
-           "('ENQUEUED', 'PENDING', 'BLOCKED') THEN 1 ELSE 0 END FROM "
-           "{s}runs r JOIN tree t ON r.parent_id = t.id WHERE r.parent_id IS "
-           "NOT NULL), held(root) AS (SELECT root FROM tree WHERE going = 1), "
-           "picked(id, root) AS (SELECT id, root FROM tree WHERE root NOT IN "
-           "(SELECT root FROM held))";
+           "('ENQUEUED', 'PENDING', 'BLOCKED')" + unlocked
+         + " THEN 1 ELSE 0 END FROM {s}runs r JOIN tree t ON r.parent_id = "
+           "t.id WHERE r.parent_id IS NOT NULL), held(root) AS (SELECT root "
+           "FROM tree WHERE going = 1), picked(id, root) AS (SELECT id, root "
+           "FROM tree WHERE root NOT IN (SELECT root FROM held))";
 }
 
 constexpr const char* pg_roots = "SELECT unnest($1::text[])";
@@ -173,7 +181,7 @@ sql_store::collectable_runs(std::string_view name, std::string_view status,
   // whose child has not ended is passed here already.
   auto where = " FROM {s}runs o WHERE name = $1 AND status = $2 AND updated_at "
                "< $3 AND " + uncollected_root()
-               + " AND (updated_at > $5 OR (updated_at = $5 AND id > $6)) AND "
+               + " AND updated_at >= $5 AND (updated_at > $5 OR id > $6) AND "
                  "NOT EXISTS (SELECT 1 FROM {s}runs k WHERE k.parent_id = "
                  "o.id AND k.parent_id IS NOT NULL AND k.status NOT IN "
                + detail::ended_statuses + ") ORDER BY updated_at, id LIMIT $4";
@@ -218,7 +226,7 @@ sql_store::collect_runs(const std::vector<std::string>& ids,
       + std::string{detail::ended_statuses} + " ORDER BY id FOR UPDATE"};
   static const sql_query pg{
     "retention_collect", [] {
-      std::string q = picked_cte(pg_roots);
+      std::string q = picked_cte(pg_roots, "$4::text[]");
       int i = 0;
       for (auto& d : dependents)
         q += ", d" + std::to_string(i++) + " AS (DELETE FROM {s}"
@@ -231,19 +239,19 @@ sql_store::collect_runs(const std::vector<std::string>& ids,
     }()};
   static const sql_query lite_picked{
     "retention_picked",
-    picked_cte(sqlite_roots)
+    picked_cte(sqlite_roots, "")
       + " SELECT id, CASE WHEN id = root THEN 1 ELSE 0 END FROM picked"};
   static const std::vector<sql_query> lite_deletes = [] {
     std::vector<sql_query> out;
     for (auto& d : dependents)
       out.push_back({std::string{"retention_delete_"} + d[0],
-                     picked_cte(sqlite_roots) + " DELETE FROM {s}" + d[0]
+                     picked_cte(sqlite_roots, "") + " DELETE FROM {s}" + d[0]
                        + " WHERE " + d[1] + " IN (SELECT id FROM picked)"});
     return out;
   }();
   static const sql_query lite_strip{
     "retention_strip",
-    picked_cte(sqlite_roots)
+    picked_cte(sqlite_roots, "")
       + " UPDATE {s}runs SET inputs = $3, output = NULL, error = NULL, "
         "collected_at = $2 WHERE id IN (SELECT id FROM picked)"};
   std::vector<std::string> roots;
@@ -266,8 +274,14 @@ sql_store::collect_runs(const std::vector<std::string>& ids,
       for (auto& id : ids)
         list.add(id);
       auto literal = list.str();
-      tx.run(lock, {std::string_view{literal}});
-      tx.run(pg, {std::string_view{literal}, at_ms, sql_bytes{""}}, each);
+      detail::pg_array held;
+      tx.run(lock, {std::string_view{literal}},
+             [&](const sql_row& r) { held.add(r.text(0)); });
+      auto locked = held.str();
+      tx.run(pg,
+             {std::string_view{literal}, at_ms, sql_bytes{""},
+              std::string_view{locked}},
+             each);
     } else {
       auto json = json_array(ids);
       tx.run(lite_picked, {std::string_view{json}}, each);

@@ -101,10 +101,13 @@ struct collector::impl {
     return stopping;
   }
 
-  /// Fits the batch size to `write`, what the last transaction took.
+  /// Fits the batch size to `write`, what the last transaction took. Not
+  /// below 50 roots: a wait for a connection or the writer's lock, which
+  /// no smaller batch shortens, must not shrink it to nothing.
   void fit(std::chrono::steady_clock::duration write) {
+    auto floor = std::min<std::int64_t>(50, opts.batch);
     if (write > opts.batch_time)
-      size = std::max<std::int64_t>(1, size / 2);
+      size = std::max(floor, size / 2);
     else if (write * 2 < opts.batch_time)
       size = std::min(opts.batch, size + size / 2 + 1);
   }
@@ -203,7 +206,8 @@ struct collector::impl {
       auto roots = with_db([&](persistence::store& db) {
         return db.collect_runs(ids, now, &rows);
       });
-      fit(std::chrono::steady_clock::now() - write);
+      if (!ids.empty())
+        fit(std::chrono::steady_clock::now() - write);
       out.collected += static_cast<std::int64_t>(roots.size());
       out.rows += rows;
       if (!roots.empty())
