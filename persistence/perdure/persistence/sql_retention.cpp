@@ -237,6 +237,9 @@ sql_store::collect_runs(const std::vector<std::string>& ids,
                  "p.id RETURNING r.id, p.root) SELECT id, CASE WHEN id = "
                  "root THEN 1 ELSE 0 END FROM c";
     }()};
+  static const sql_query no_wait{
+    "retention_no_commit_wait",
+    "SELECT set_config('synchronous_commit', 'off', true)"};
   static const sql_query lite_picked{
     "retention_picked",
     picked_cte(sqlite_roots, "")
@@ -270,6 +273,10 @@ sql_store::collect_runs(const std::vector<std::string>& ids,
         roots.push_back(r.text(0));
     };
     if (tx.dialect() == sql_dialect::postgresql) {
+      // Not waited for at commit: a batch lost to a crash before its WAL
+      // reached the disk is undone as a whole (its tombstones and its
+      // total together) and collected again by the next pass.
+      tx.run(no_wait, {});
       detail::pg_array list;
       for (auto& id : ids)
         list.add(id);
