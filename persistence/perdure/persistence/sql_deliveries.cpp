@@ -80,8 +80,9 @@ bool mark_delivered(sql_tx& tx, std::string_view run_id, std::int64_t at_ms) {
   return tx.run(q, {run_id, at_ms}) == 1;
 }
 
-/// Stores resolution `r` in `tx`.
-resolve_result resolve_in(sql_tx& tx, const resolution& r) {
+/// Stores resolution `r` in `tx`; `run_locked`: the transaction already
+/// holds the run's row (a delivery locks both its runs).
+resolve_result resolve_in(sql_tx& tx, const resolution& r, bool run_locked) {
   static const sql_query run_exists{
     "run_exists",
     "SELECT 1 FROM {s}runs WHERE id = $1 AND collected_at IS NULL"};
@@ -104,7 +105,7 @@ resolve_result resolve_in(sql_tx& tx, const resolution& r) {
     "SHARE"};
   auto known = false;
   auto found = [&](const sql_row&) { known = true; };
-  if (tx.dialect() == sql_dialect::postgresql) {
+  if (tx.dialect() == sql_dialect::postgresql && !run_locked) {
     tx.run(hold, {std::string_view{r.run_id}}, found);
     if (!known)
       return resolve_result::unknown_id;
@@ -195,7 +196,7 @@ sql_store::fenced(const fence& owner, journal_entry checkpoint,
 
 resolve_result sql_store::resolve(const resolution& r) {
   auto result = resolve_result::unknown_id;
-  write([&](sql_tx& tx) { result = resolve_in(tx, r); });
+  write([&](sql_tx& tx) { result = resolve_in(tx, r, false); });
   return result;
 }
 
@@ -232,7 +233,7 @@ sql_store::deliver(const fence& owner, journal_entry checkpoint,
       auto* m = std::get_if<outgoing_message>(&d.what);
       auto stored = m ? (send_in(tx, *m) ? resolve_result::resolved
                                          : resolve_result::unknown_id)
-                      : resolve_in(tx, std::get<resolution>(d.what));
+                      : resolve_in(tx, std::get<resolution>(d.what), true);
       d.settle(e, stored);
     },
     [&](sql_tx& tx) {

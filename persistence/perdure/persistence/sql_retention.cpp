@@ -24,20 +24,16 @@ using detail::sql_tx;
 
 namespace {
 
-/// Ended (`ended_condition`): the terms of the partial indexes, word for
-/// word.
-std::string ended() {
-  return detail::ended_condition;
-}
-
-/// An ended root not collected (`runs_ended`'s condition).
+/// An ended root not collected (`runs_ended`'s condition, word for word).
 std::string uncollected_root() {
-  return ended() + " AND parent_id IS NULL AND collected_at IS NULL";
+  return std::string{detail::ended_condition}
+         + " AND parent_id IS NULL AND collected_at IS NULL";
 }
 
-/// A collected root (`runs_tombstones`'s condition).
+/// A collected root (`runs_tombstones`'s condition, word for word).
 std::string tombstone_root() {
-  return ended() + " AND parent_id IS NULL AND collected_at IS NOT NULL";
+  return std::string{detail::ended_condition}
+         + " AND parent_id IS NULL AND collected_at IS NOT NULL";
 }
 
 /// The distinct workflow names of the rows `condition` selects, one index
@@ -75,11 +71,9 @@ std::string picked_cte(const std::string& roots, const std::string& locked) {
 constexpr const char* pg_roots = "SELECT unnest($1::text[])";
 constexpr const char* sqlite_roots = "SELECT value FROM json_each($1)";
 
-/// What goes with a collected run: (table, its run column).
-constexpr const char* dependents[][2] = {
-  {"journal", "run_id"},   {"messages", "run_id"},   {"events", "run_id"},
-  {"resolutions", "run_id"}, {"run_events", "run_id"},
-};
+/// What goes with a collected run: the tables keyed by `run_id`.
+constexpr const char* dependents[] = {"journal", "messages", "events",
+                                      "resolutions", "run_events"};
 
 /// `ids` as a JSON array of strings (SQLite's json_each reads it).
 std::string json_array(const std::vector<std::string>& ids) {
@@ -105,19 +99,15 @@ std::string json_array(const std::vector<std::string>& ids) {
   return out + "]";
 }
 
-void count_progress(sql_tx& tx, const char* column, std::int64_t n,
-                    std::int64_t at_ms) {
-  static const sql_query collected{
-    "retention_count_collected",
-    "UPDATE {s}retention_state SET runs_collected = runs_collected + $1, "
-    "last_batch_at = $2 WHERE id = 1"};
-  static const sql_query expired{
-    "retention_count_expired",
-    "UPDATE {s}retention_state SET ids_expired = ids_expired + $1, "
-    "last_batch_at = $2 WHERE id = 1"};
-  tx.run(std::string_view{column} == "runs_collected" ? collected : expired,
-         {n, at_ms});
-}
+/// Adds to the collectors' totals, in the batch's transaction.
+const sql_query count_collected{
+  "retention_count_collected",
+  "UPDATE {s}retention_state SET runs_collected = runs_collected + $1, "
+  "last_batch_at = $2 WHERE id = 1"};
+const sql_query count_expired{
+  "retention_count_expired",
+  "UPDATE {s}retention_state SET ids_expired = ids_expired + $1, "
+  "last_batch_at = $2 WHERE id = 1"};
 
 } // namespace
 
@@ -230,8 +220,7 @@ sql_store::collect_runs(const std::vector<std::string>& ids,
       int i = 0;
       for (auto& d : dependents)
         q += ", d" + std::to_string(i++) + " AS (DELETE FROM {s}"
-             + std::string{d[0]} + " WHERE " + d[1]
-             + " IN (SELECT id FROM picked))";
+             + std::string{d} + " WHERE run_id IN (SELECT id FROM picked))";
       return q + ", c AS (UPDATE {s}runs r SET inputs = $3, output = NULL, "
                  "error = NULL, collected_at = $2 FROM picked p WHERE r.id = "
                  "p.id RETURNING r.id, p.root) SELECT id, CASE WHEN id = "
@@ -247,9 +236,9 @@ sql_store::collect_runs(const std::vector<std::string>& ids,
   static const std::vector<sql_query> lite_deletes = [] {
     std::vector<sql_query> out;
     for (auto& d : dependents)
-      out.push_back({std::string{"retention_delete_"} + d[0],
-                     picked_cte(sqlite_roots, "") + " DELETE FROM {s}" + d[0]
-                       + " WHERE " + d[1] + " IN (SELECT id FROM picked)"});
+      out.push_back({std::string{"retention_delete_"} + d,
+                     picked_cte(sqlite_roots, "") + " DELETE FROM {s}" + d
+                       + " WHERE run_id IN (SELECT id FROM picked)"});
     return out;
   }();
   static const sql_query lite_strip{
@@ -299,7 +288,7 @@ sql_store::collect_runs(const std::vector<std::string>& ids,
       tx.run(lite_strip, {std::string_view{json}, at_ms, sql_bytes{""}});
     }
     if (stripped > 0)
-      count_progress(tx, "runs_collected", stripped, at_ms);
+      tx.run(count_collected, {stripped, at_ms});
   });
   if (rows)
     *rows = stripped;
@@ -323,7 +312,7 @@ std::int64_t sql_store::expire_tombstones(std::string_view name,
   write([&](sql_tx& tx) {
     n = tx.run(q, {name, status, before_ms, limit});
     if (n > 0)
-      count_progress(tx, "ids_expired", n, at_ms);
+      tx.run(count_expired, {n, at_ms});
   });
   return n;
 }

@@ -140,6 +140,15 @@ struct collector::impl {
     });
   }
 
+  /// After a batch begun at `started`: renews the turn and pauses; false
+  /// if the turn was lost.
+  bool between_batches(std::chrono::steady_clock::time_point started) {
+    if (!renew(client_access::services(c).clock->now_ms()))
+      return false;
+    pace(std::chrono::steady_clock::now() - started);
+    return true;
+  }
+
   /// Hands `runs` to the archive; returns the ids it took (stops at the
   /// first failure: what follows waits for the next pass, in order).
   std::vector<std::string> archive(const std::vector<persistence::run_record>& runs,
@@ -213,9 +222,8 @@ struct collector::impl {
       if (!roots.empty())
         collected.with({name, std::string{status_text}})
           .add(static_cast<std::uint64_t>(roots.size()));
-      if (!renew(rt.clock->now_ms()))
+      if (!between_batches(started))
         return false;
-      pace(std::chrono::steady_clock::now() - started);
       // Fewer than asked: the rest is younger. An archive that failed
       // stops the walk: what follows waits for the next pass, in order.
       if (ids.size() < runs.size()
@@ -241,9 +249,8 @@ struct collector::impl {
       out.expired += n;
       if (n > 0)
         expired.with({name}).add(static_cast<std::uint64_t>(n));
-      if (!renew(rt.clock->now_ms()))
+      if (!between_batches(started))
         return false;
-      pace(std::chrono::steady_clock::now() - started);
       if (n < asked) // rows: a root's descendants count too
         return true;
     }
