@@ -202,37 +202,45 @@ std::string client::start_run(std::string_view name, std::string inputs,
   }
   // Through the group-commit writer: starts from many threads share a
   // commit. Durable first, then delivered: the run exists before its actor.
-  std::promise<persistence::write_result> created;
-  auto written = created.get_future();
-  impl_->svc.writer->create(run, [&created](persistence::write_result r) {
-    created.set_value(std::move(r));
-  });
-  auto result = written.get();
-  switch (result.ack) {
-    case persistence::write_ack::committed:
-      impl_->svc.launcher->spawn_run(std::move(run), {}); // arms its deadline
-      return opts.id;
-    case persistence::write_ack::failed:
-    case persistence::write_ack::superseded:
-      // The commit may have happened all the same: if the run exists, it
-      // runs (housekeeping finds it); a start with this id returns it.
-      impl_->svc.runs->orphaned(run.id);
-      throw error(result.error == errc::store_full ? errc::store_full
-                                                   : errc::store_unavailable,
-                  "could not record the start of workflow '" + run.id
-                    + "': the database is "
-                    + (result.error == errc::store_full ? "full"
-                                                        : "unavailable"));
-    case persistence::write_ack::rejected:
-      break;
+  // A taken id whose run is gone by the time it is read was a tombstone
+  // that expired in between: the id is free, the start tries again.
+  std::optional<persistence::run_record> existing;
+  for (int attempt = 1; !existing; ++attempt) {
+    std::promise<persistence::write_result> created;
+    auto written = created.get_future();
+    impl_->svc.writer->create(run, [&created](persistence::write_result r) {
+      created.set_value(std::move(r));
+    });
+    auto result = written.get();
+    switch (result.ack) {
+      case persistence::write_ack::committed:
+        // Spawning arms its deadline.
+        impl_->svc.launcher->spawn_run(std::move(run), {});
+        return opts.id;
+      case persistence::write_ack::failed:
+      case persistence::write_ack::superseded:
+        // The commit may have happened all the same: if the run exists, it
+        // runs (housekeeping finds it); a start with this id returns it.
+        impl_->svc.runs->orphaned(run.id);
+        throw error(result.error == errc::store_full ? errc::store_full
+                                                     : errc::store_unavailable,
+                    "could not record the start of workflow '" + run.id
+                      + "': the database is "
+                      + (result.error == errc::store_full ? "full"
+                                                          : "unavailable"));
+      case persistence::write_ack::rejected:
+        break;
+    }
+    // The id was taken: the same start again (or our own in-doubt commit
+    // re-sent) returns that run; another name or other inputs is a conflict.
+    existing = impl_->svc.stores->with([&](persistence::store& db) {
+      return db.get_run(run.id);
+    });
+    if (!existing && attempt == 3)
+      throw error(errc::store_error,
+                  "run '" + run.id + "' was taken and gone three times in a "
+                  "row: something deletes runs as they start; try again");
   }
-  // The id was taken: the same start again (or our own in-doubt commit
-  // re-sent) returns that run; another name or other inputs is a conflict.
-  auto existing = impl_->svc.stores->with([&](persistence::store& db) {
-    return db.get_run(run.id);
-  });
-  if (!existing)
-    throw error(errc::store_error, "run '" + run.id + "' vanished");
   check_same_start(*existing, run);
   if (existing->status == run_status::pending && existing->owner == run.owner
       && !impl_->svc.runs->is_active(run.id)) {
@@ -414,7 +422,9 @@ bulk_result client::resume_matching(run_filter filter, resume_options opts,
                     "RETRIES_EXCEEDED, DEAD_LETTER or BLOCKED");
   return for_each_matching(
     rt, std::move(filter), dry_run, progress,
-    [](const run_info& run) { return resumable(run.status); },
+    [](const run_info& run) {
+      return resumable(run.status) && !run.collected_at;
+    },
     [&](const run_info& run, bulk_result& result) {
       persistence::run_store::resume_outcome out;
       try {
@@ -507,7 +517,9 @@ bulk_result client::fork_matching(run_filter filter, fork_options opts,
   std::unordered_set<std::string> made;
   return for_each_matching(
     rt, std::move(filter), dry_run, progress,
-    [&](const run_info& run) { return made.count(run.id) == 0; },
+    [&](const run_info& run) {
+      return made.count(run.id) == 0 && !run.collected_at;
+    },
     [&](const run_info& run, bulk_result& result) {
       opts.id = detail::random_id();
       auto out = fork_one(rt, run.id, opts);
@@ -626,6 +638,7 @@ run_detail client::describe(const std::string& id) {
     i.object_type = run->object_type;
     i.object_key = run->object_key;
   }
+  i.collected_at = at_opt(run->collected_at_ms);
   d.epoch = run->owner.epoch;
   d.inputs = std::move(run->inputs);
   d.output = std::move(run->output);
@@ -639,7 +652,6 @@ run_detail client::describe(const std::string& id) {
   d.dedup_id = run->dedup_id;
   d.saga_phase = run->saga_phase;
   d.cancel_requested = run->cancel_requested;
-  d.collected_at = at_opt(run->collected_at_ms);
   return d;
 }
 

@@ -185,6 +185,7 @@ public:
   /// RETRIES_EXCEEDED or DEAD_LETTER, or is BLOCKED (a filter without a
   /// status takes all five), each in its own transaction, walking the
   /// listing page by page (`filter.limit` a page; its cursor is ignored).
+  /// Runs retention collected are not matched: only their ids are left.
   /// `dry_run`: counts and samples them and changes nothing (it counts
   /// too what the store would refuse: a queue item that is not a dead
   /// letter, an object invocation).
@@ -196,8 +197,8 @@ public:
   /// invocations), each from the point `opts` names and under a fresh id
   /// (`opts.id` must be empty), walking the listing page by page.
   /// `created` pairs each source with its fork; a run the point does not
-  /// fit is in `refused`, with why. `dry_run`: counts and samples the
-  /// runs and changes nothing.
+  /// fit is in `refused`, with why; runs retention collected are not
+  /// matched. `dry_run`: counts and samples the runs and changes nothing.
   bulk_result fork_matching(run_filter filter, fork_options opts = {},
                             bool dry_run = false,
                             const bulk_progress& progress = {});

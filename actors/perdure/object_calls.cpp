@@ -117,35 +117,42 @@ void store_for_runtimes(detail::runtime_impl& rt,
 void store_and_deliver(detail::runtime_impl& rt,
                        persistence::run_record& run) {
   auto to = rt.svc.objects->prepare(run);
-  std::promise<persistence::write_result> written;
-  auto ack = written.get_future();
-  rt.svc.writer->create(run, [&written](persistence::write_result r) {
-    written.set_value(std::move(r));
-  });
-  auto result = ack.get();
-  switch (result.ack) {
-    case persistence::write_ack::committed:
-      if (result.enqueued) // older calls of the key wait: it follows them
-        run.status = run_status::enqueued;
-      run.inbox_seq = result.inbox_seq;
-      rt.svc.objects->deliver(to, run);
-      return;
-    case persistence::write_ack::failed:
-    case persistence::write_ack::superseded:
-      // It may have committed all the same: the key's next claim takes it.
-      throw error(result.error == errc::store_full ? errc::store_full
-                                                   : errc::store_unavailable,
-                  "could not store call '" + run.id + "': the database is "
-                    + (result.error == errc::store_full ? "full"
-                                                        : "unavailable"));
-    case persistence::write_ack::rejected:
-      break;
+  // A used key whose call is gone by the time it is read was a tombstone
+  // that expired in between: the key is free, the call tries again.
+  std::optional<persistence::run_record> existing;
+  for (int attempt = 1; !existing; ++attempt) {
+    std::promise<persistence::write_result> written;
+    auto ack = written.get_future();
+    rt.svc.writer->create(run, [&written](persistence::write_result r) {
+      written.set_value(std::move(r));
+    });
+    auto result = ack.get();
+    switch (result.ack) {
+      case persistence::write_ack::committed:
+        if (result.enqueued) // older calls of the key wait: it follows them
+          run.status = run_status::enqueued;
+        run.inbox_seq = result.inbox_seq;
+        rt.svc.objects->deliver(to, run);
+        return;
+      case persistence::write_ack::failed:
+      case persistence::write_ack::superseded:
+        // It may have committed all the same: the key's next claim takes it.
+        throw error(result.error == errc::store_full ? errc::store_full
+                                                     : errc::store_unavailable,
+                    "could not store call '" + run.id + "': the database is "
+                      + (result.error == errc::store_full ? "full"
+                                                          : "unavailable"));
+      case persistence::write_ack::rejected:
+        break;
+    }
+    // The idempotency key was used: the same call returns the first one.
+    existing = rt.svc.stores->with(
+      [&](persistence::store& db) { return db.get_run(run.id); });
+    if (!existing && attempt == 3)
+      throw error(errc::store_error,
+                  "call '" + run.id + "' was taken and gone three times in a "
+                  "row: something deletes calls as they start; try again");
   }
-  // The idempotency key was used: the same call returns the first one.
-  auto existing = rt.svc.stores->with(
-    [&](persistence::store& db) { return db.get_run(run.id); });
-  if (!existing)
-    throw error(errc::store_error, "call '" + run.id + "' vanished");
   check_same_call(*existing, run);
   if (existing->status == run_status::enqueued
       || existing->status == run_status::pending)

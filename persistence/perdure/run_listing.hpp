@@ -67,6 +67,9 @@ struct run_info {
   std::optional<std::string> queue{};
   /// An object invocation's object type and key (`name` is the handler).
   std::optional<std::string> object_type{}, object_key{};
+  /// When retention collected it (perdure/retention): its inputs, output,
+  /// error and journal are gone, its id kept as a tombstone.
+  std::optional<std::chrono::system_clock::time_point> collected_at{};
 };
 
 /// Everything the store knows of one run (`client::describe`), for
@@ -93,9 +96,6 @@ struct run_detail {
   std::string saga_phase{};
   /// A cancellation was asked for (a saga observes it).
   bool cancel_requested = false;
-  /// When retention collected it (perdure/retention): its inputs, output,
-  /// error and journal are gone, its id kept as a tombstone.
-  std::optional<std::chrono::system_clock::time_point> collected_at{};
 };
 
 /// One executor (a runtime's lease) as the store sees it

@@ -84,7 +84,8 @@ TEST_F(views_test, the_views_columns_and_types_are_the_contract) {
                   {"recovery_attempts", "integer"}, {"priority", "integer"},
                   {"partition_key", "text"}, {"dedup_id", "text"},
                   {"saga_phase", "text"}, {"cancel_requested", "boolean"},
-                  {"error", "text"}, {"inputs", "jsonb"}, {"output", "jsonb"}});
+                  {"error", "text"}, {"inputs", "jsonb"}, {"output", "jsonb"},
+                  {"collected_at", ts}});
   expect_columns(sql, "v_steps",
                  {{"run_id", "text"}, {"seq", "integer"}, {"kind", "text"},
                   {"name", "text"}, {"outcome", "text"}, {"result", "jsonb"},

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "perdure/perdure.hpp"
+#include "perdure/persistence/detail/shared_sql.hpp"
 #include "perdure/retention/collector.hpp"
 #include "perdure/testing/manual_clock.hpp"
 #include "support/test_support.hpp"
@@ -172,6 +173,11 @@ TEST_F(retention_test, a_collected_run_keeps_its_id_until_its_tombstone_expires)
   EXPECT_EQ(count("runs", "id = 'g1' AND output IS NULL AND status = "
                           "'SUCCESS'"),
             1);
+  // The operators' view says when (and that the inputs are gone).
+  EXPECT_EQ(count("v_runs", "id = 'g1' AND collected_at IS NOT NULL AND "
+                            "inputs IS NULL"),
+            1);
+  EXPECT_EQ(count("v_runs", "id = 'f1' AND collected_at IS NULL"), 1);
   // Failed runs have no policy: kept whole.
   EXPECT_FALSE(collected("f1"));
   EXPECT_GT(dependents("f1"), 0);
@@ -424,6 +430,65 @@ TEST_F(retention_test, a_workflows_own_policy_replaces_the_default) {
   clock_->advance(30 * 24h);
   gc.collect_now();
   EXPECT_FALSE(exists("f"));
+}
+
+TEST_F(retention_test, bulk_actions_pass_over_tombstones) {
+  runtime rt{cfg()};
+  register_all(rt);
+  rt.start();
+  for (auto id : {"f1", "f2"})
+    EXPECT_THROW(rt.start_workflow<int>("fail", 1, {.id = id}).get(20s),
+                 perdure::error);
+  ret::policies p;
+  p.workflows["fail"].failed = ret::keep{1h, 24h};
+  ret::collector gc{rt, p, driven()};
+  clock_->advance(2h);
+  EXPECT_THROW(rt.start_workflow<int>("fail", 1, {.id = "f3"}).get(20s),
+               perdure::error);
+  EXPECT_EQ(gc.collect_now().collected, 2);
+
+  // The listing says which runs are tombstones.
+  run_filter failed;
+  failed.name = "fail";
+  auto page = rt.list_runs(failed);
+  ASSERT_EQ(page.runs.size(), 3u);
+  for (auto& run : page.runs)
+    EXPECT_EQ(run.collected_at.has_value(), run.id != "f3") << run.id;
+  EXPECT_TRUE(rt.describe("f1").info.collected_at.has_value());
+
+  // Resume and fork by filter, dry or not, take the run that is whole.
+  for (bool dry : {true, false}) {
+    auto resumed = rt.resume_matching(failed, {}, dry);
+    EXPECT_EQ(resumed.matched, 1) << dry;
+    EXPECT_EQ(resumed.sample, std::vector<std::string>{"f3"});
+    EXPECT_TRUE(resumed.refused.empty());
+  }
+  auto forked = rt.fork_matching(failed, {}, true);
+  EXPECT_EQ(forked.matched, 1);
+}
+
+// Retention's SQL states "ended" as its indexes do (three inequalities);
+// a status added without it would be collected while it runs, or never.
+TEST_F(retention_test, the_sql_meaning_of_ended_is_is_terminal) {
+  { runtime rt{cfg()}; rt.start(); } // migrates
+  test::sql_client sql{db_};
+  namespace d = perdure::persistence::detail;
+  for (int i = 0; i <= static_cast<int>(run_status::blocked); ++i) {
+    auto s = static_cast<run_status>(i);
+    if (s == run_status::compensating) // stored as PENDING
+      continue;
+    std::string text{to_string(s)};
+    auto row = "(SELECT '" + text + "' AS status) x";
+    EXPECT_EQ(sql.scalar("SELECT CASE WHEN " + std::string{d::ended_condition}
+                         + " THEN 1 ELSE 0 END FROM " + row),
+              is_terminal(s) ? "1" : "0")
+      << text;
+    EXPECT_EQ(sql.scalar("SELECT CASE WHEN status IN " + std::string{
+                           d::ended_statuses} + " THEN 1 ELSE 0 END FROM "
+                         + row),
+              is_terminal(s) ? "1" : "0")
+      << text;
+  }
 }
 
 TEST_F(retention_test, bad_options_are_refused_with_what_to_do) {

@@ -122,7 +122,6 @@ nlohmann::json run_document(perdure::client& c, const std::string& id) {
   j["dedup_id"] = d.dedup_id;
   j["saga_phase"] = d.saga_phase;
   j["cancel_requested"] = d.cancel_requested;
-  j["collected_at"] = opt_time(d.collected_at);
   auto journal = nlohmann::json::array();
   auto previous = i.created_at;
   for (auto& e : history) {

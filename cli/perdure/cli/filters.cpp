@@ -181,6 +181,9 @@ nlohmann::json run_json(const run_info& run) {
     {"parent_id",
      run.parent_id ? nlohmann::json(*run.parent_id) : nlohmann::json()},
     {"queue", run.queue ? nlohmann::json(*run.queue) : nlohmann::json()},
+    {"collected_at", run.collected_at
+                       ? nlohmann::json(iso_time(*run.collected_at))
+                       : nlohmann::json()},
   };
   if (run.object_type) {
     j["object_type"] = *run.object_type;

@@ -457,9 +457,7 @@ sql_query listing_statement(const listing_query& l) {
     const char* when_set;
     const char* when_unset;
   };
-  const char* ended = "status IN ('SUCCESS', 'ERROR', 'CANCELLED', "
-                      "'RETRIES_EXCEEDED', 'COMPENSATED', "
-                      "'COMPENSATION_FAILED', 'DEAD_LETTER')";
+  std::string ended = std::string{"status IN "} + detail::ended_statuses;
   std::string ended_after = std::string{ended} + " AND updated_at >= $16";
   std::string ended_before = std::string{ended} + " AND updated_at < $17";
   // A rare status is named as a literal beside runs_failed's condition,
@@ -501,8 +499,8 @@ sql_query listing_statement(const listing_query& l) {
   std::string name = "list_runs";
   std::string text = std::string{"SELECT id, name, "} + detail::reported_status
                      + ", executor, created_at, updated_at, error, parent_id, "
-                       "app_version, queue_name, object_type, object_key "
-                       "FROM {s}runs WHERE ";
+                       "app_version, queue_name, object_type, object_key, "
+                       "collected_at FROM {s}runs WHERE ";
   std::uint32_t mask = 0, bit = 1;
   bool first = true;
   for (auto& c : conditions) {
@@ -556,6 +554,8 @@ run_page sql_store::list_runs(const run_filter& f) {
              info.queue = r.opt_text(9);
              info.object_type = r.opt_text(10);
              info.object_key = r.opt_text(11);
+             if (auto at = r.opt_int64(12))
+               info.collected_at = from_ms(*at);
              page.runs.push_back(std::move(info));
            });
   });

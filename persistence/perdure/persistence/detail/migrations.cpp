@@ -315,6 +315,8 @@ std::vector<migration> sqlite_migrations() {
      with(schedules_table("", "INTEGER", "BLOB"), schedule_view(false, ""))},
     {18, "retention: collected runs, tombstones, the collector's turn",
      retention_schema("", "INTEGER")},
+    {19, "retention: v_runs shows when a run was collected",
+     collected_runs_view(false, "")},
   };
 }
 
@@ -546,6 +548,8 @@ std::vector<migration> postgres_migrations(const std::string& schema) {
      with(schedules_table(s, "BIGINT", "BYTEA"), schedule_view(true, s))},
     {18, "retention: collected runs, tombstones, the collector's turn",
      retention_schema(s, "BIGINT")},
+    {19, "retention: v_runs shows when a run was collected",
+     collected_runs_view(true, s)},
   };
 }
 

@@ -1,5 +1,7 @@
 #include "perdure/persistence/detail/operator_views.hpp"
 
+#include "perdure/persistence/detail/shared_sql.hpp"
+
 namespace perdure::persistence::detail {
 
 namespace {
@@ -31,9 +33,31 @@ struct spelling {
   }
 };
 
-const char* ended_statuses
-  = "('SUCCESS', 'ERROR', 'CANCELLED', 'RETRIES_EXCEEDED', 'COMPENSATED', "
-    "'COMPENSATION_FAILED', 'DEAD_LETTER')";
+/// `v_runs`' query; `collected`: with the time a run was collected (added
+/// by migration 19, after the column; migration 14 keeps the first shape).
+std::string runs_view_body(const spelling& sp, bool collected) {
+  const auto& s = sp.s;
+  auto yes = sp.postgres ? "true" : "1";
+  auto no = sp.postgres ? "false" : "0";
+  return "SELECT id, name AS workflow, CASE WHEN status = 'PENDING' AND "
+    "saga_phase = 'COMPENSATING' THEN 'COMPENSATING' ELSE status END AS "
+    "status, app_version, executor, epoch, parent_id, queue_name, "
+    "object_type, object_key, "
+      + sp.time("created_at") + " AS created_at, " + sp.time("updated_at")
+      + " AS updated_at, CASE WHEN status IN " + ended_statuses + " THEN "
+      + sp.time("updated_at") + " END AS ended_at, " + sp.time("started_at")
+      + " AS started_at, " + sp.time("deadline") + " AS deadline, CASE WHEN "
+      + "wake_at > 0 THEN " + sp.time("wake_at")
+      + " END AS wake_at, attempts, recovery_attempts, priority, "
+        "partition_key, dedup_id, saga_phase, CASE WHEN cancel_requested_at "
+        "IS NULL THEN "
+      + no + " ELSE " + yes + " END AS cancel_requested, error, "
+      + sp.json("inputs") + " AS inputs, " + sp.json("output")
+      + " AS output"
+      + (collected ? ", " + sp.time("collected_at") + " AS collected_at"
+                   : std::string{})
+      + " FROM " + s + "runs";
+}
 
 } // namespace
 
@@ -51,23 +75,7 @@ std::vector<std::string> operator_views(bool postgres, const std::string& s) {
         "'value'; EXCEPTION WHEN others THEN RETURN NULL; END $f$");
   auto yes = postgres ? "true" : "1";
   auto no = postgres ? "false" : "0";
-  out.push_back(sp.view(
-    "v_runs",
-    "SELECT id, name AS workflow, CASE WHEN status = 'PENDING' AND "
-    "saga_phase = 'COMPENSATING' THEN 'COMPENSATING' ELSE status END AS "
-    "status, app_version, executor, epoch, parent_id, queue_name, "
-    "object_type, object_key, "
-      + sp.time("created_at") + " AS created_at, " + sp.time("updated_at")
-      + " AS updated_at, CASE WHEN status IN " + ended_statuses + " THEN "
-      + sp.time("updated_at") + " END AS ended_at, " + sp.time("started_at")
-      + " AS started_at, " + sp.time("deadline") + " AS deadline, CASE WHEN "
-      + "wake_at > 0 THEN " + sp.time("wake_at")
-      + " END AS wake_at, attempts, recovery_attempts, priority, "
-        "partition_key, dedup_id, saga_phase, CASE WHEN cancel_requested_at "
-        "IS NULL THEN "
-      + no + " ELSE " + yes + " END AS cancel_requested, error, "
-      + sp.json("inputs") + " AS inputs, " + sp.json("output")
-      + " AS output FROM " + s + "runs"));
+  out.push_back(sp.view("v_runs", runs_view_body(sp, false)));
   out.push_back(sp.view(
     "v_steps",
     "SELECT run_id, seq, kind, name, CASE outcome WHEN 0 THEN 'value' WHEN 1 "
@@ -158,6 +166,13 @@ std::string schedule_view(bool postgres, const std::string& s) {
       + "last_run_id, started, skipped, missed, caught_up, overlap, catchup, "
         "NULLIF(owner, '') AS owner, "
       + sp.time("updated_at") + " AS updated_at FROM " + s + "schedules");
+}
+
+std::vector<std::string> collected_runs_view(bool postgres,
+                                             const std::string& s) {
+  spelling sp{postgres, s};
+  return {"DROP VIEW " + s + "v_runs",
+          sp.view("v_runs", runs_view_body(sp, true))};
 }
 
 } // namespace perdure::persistence::detail

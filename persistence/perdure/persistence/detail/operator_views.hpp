@@ -17,4 +17,10 @@ std::vector<std::string> operator_views(bool postgres, const std::string& s);
 /// The statement creating `v_schedules` (added with the schedules table).
 std::string schedule_view(bool postgres, const std::string& s);
 
+/// The statements giving `v_runs` the column `collected_at` (migration 19:
+/// the view is dropped and created again, as SQLite cannot add a column
+/// to a view).
+std::vector<std::string> collected_runs_view(bool postgres,
+                                             const std::string& s);
+
 } // namespace perdure::persistence::detail
