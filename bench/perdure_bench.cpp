@@ -43,6 +43,7 @@
 #include "perdure/sagas/saga.hpp"
 #include "support/test_support.hpp"
 #include "bench_support.hpp"
+#include "db_counters.hpp"
 #include "operators_bench.hpp"
 #include "retention_bench.hpp"
 #include "schedule_bench.hpp"
@@ -67,65 +68,16 @@ long count_rows(test::sql_client& sql, const std::string& table,
 // -- baseline ---------------------------------------------------------------------
 
 /// The same number of journal-sized rows as `step_throughput` writes, by the
-/// plainest batched insert there is: PostgreSQL COPY, SQLite one prepared
-/// INSERT; 1000 rows per transaction, no runtime.
+/// plainest batched insert there is (db_counters.hpp, `copy_baseline`).
 double baseline(const options& o, long rows) {
-  auto db = database_for(o);
-  test::sql_client sql{db};
-  auto table = sql.table("baseline_journal");
-  sql.exec("CREATE TABLE " + table
-           + " (run_id TEXT NOT NULL, seq INT NOT NULL, kind TEXT NOT NULL, "
-             "name TEXT NOT NULL, outcome SMALLINT NOT NULL, payload "
-             + std::string{db.postgres ? "BYTEA" : "BLOB"}
-           + ", error TEXT, created_at BIGINT NOT NULL, PRIMARY KEY (run_id, "
-             "seq))");
-  constexpr long batch = 1000;
-  auto payload = std::string{"{\"value\":42}"};
-  auto t0 = bench_clock::now();
-  if (db.postgres) {
-    pqxx::connection c{db.url};
-    for (long first = 0; first < rows; first += batch) {
-      pqxx::work w{c};
-      pqxx::stream_to s{w, db.schema + ".baseline_journal",
-                        std::vector<std::string>{"run_id", "seq", "kind", "name",
-                                                 "outcome", "payload", "error",
-                                                 "created_at"}};
-      for (long i = first; i < std::min(rows, first + batch); ++i)
-        s << std::make_tuple("run-" + std::to_string(i / 20), i % 20, "step",
-                             "s", 0, "\\x7b2276616c7565223a34327d", "", 1L);
-      s.complete();
-      w.commit();
-    }
-  } else {
-    sqlite3* lite = nullptr;
-    sqlite3_open(db.url.substr(9).c_str(), &lite);
-    sqlite3_exec(lite, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
-                 nullptr, nullptr, nullptr);
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(lite,
-                       "INSERT INTO baseline_journal VALUES (?1, ?2, 'step', "
-                       "'s', 0, ?3, '', 1)",
-                       -1, &st, nullptr);
-    for (long first = 0; first < rows; first += batch) {
-      sqlite3_exec(lite, "BEGIN", nullptr, nullptr, nullptr);
-      for (long i = first; i < std::min(rows, first + batch); ++i) {
-        auto id = "run-" + std::to_string(i / 20);
-        sqlite3_bind_text(st, 1, id.c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 2, i % 20);
-        sqlite3_bind_blob(st, 3, payload.data(), static_cast<int>(payload.size()),
-                          SQLITE_STATIC);
-        sqlite3_step(st);
-        sqlite3_reset(st);
-      }
-      sqlite3_exec(lite, "COMMIT", nullptr, nullptr, nullptr);
-    }
-    sqlite3_finalize(st);
-    sqlite3_close(lite);
-  }
-  auto secs = seconds_since(t0);
-  if (count_rows(sql, "baseline_journal") != rows)
-    throw std::runtime_error("baseline wrote the wrong number of rows");
-  return static_cast<double>(rows) / secs;
+  return copy_baseline(database_for(o), rows);
+}
+
+/// Rows of each side of a two-sided baseline: about a second of COPY here
+/// (`BENCH_BASELINE_ROWS`, default 160 000).
+long baseline_rows() {
+  auto v = std::getenv("BENCH_BASELINE_ROWS");
+  return v ? std::stol(v) : 160'000;
 }
 
 // -- step_throughput --------------------------------------------------------------
@@ -206,22 +158,33 @@ void step_throughput(const options& o) {
 /// starts included: how the peers are measured.
 void step_throughput_sustained(const options& o) {
   auto db = database_for(o);
-  runtime rt{runtime_config(db)};
-  rt.register_workflow("trivial", trivial_steps);
-  rt.start();
+  two_sided_baseline base;
+  base.before = copy_baseline(db, baseline_rows());
+  db_counters before, after;
+  double secs = 0;
   int expected = o.steps * (o.steps - 1) / 2;
-  std::atomic<int> next{0}, wrong{0};
-  auto t0 = bench_clock::now();
+  std::atomic<int> wrong{0};
   {
-    std::vector<std::jthread> lanes;
-    for (int l = 0; l < o.in_flight; ++l)
-      lanes.emplace_back([&] {
-        while (next.fetch_add(1) < o.workflows)
-          if (rt.start_workflow<int>("trivial", o.steps).get(300s) != expected)
-            ++wrong;
-      });
-  }
-  auto secs = seconds_since(t0);
+    runtime rt{runtime_config(db)};
+    rt.register_workflow("trivial", trivial_steps);
+    rt.start();
+    before = read_counters(db, {"runs", "journal"});
+    std::atomic<int> next{0};
+    auto t0 = bench_clock::now();
+    {
+      std::vector<std::jthread> lanes;
+      for (int l = 0; l < o.in_flight; ++l)
+        lanes.emplace_back([&] {
+          while (next.fetch_add(1) < o.workflows)
+            if (rt.start_workflow<int>("trivial", o.steps).get(300s)
+                != expected)
+              ++wrong;
+        });
+    }
+    secs = seconds_since(t0);
+  } // the runtime's connections close: their statistics are reported
+  after = read_counters(db, {"runs", "journal"});
+  base.after = copy_baseline(db, baseline_rows());
   if (wrong > 0)
     throw std::runtime_error("wrong workflow output");
   double steps = static_cast<double>(o.workflows) * o.steps;
@@ -232,9 +195,8 @@ void step_throughput_sustained(const options& o) {
     .add("seconds", secs)
     .add("steps_per_s", steps / secs)
     .add("workflows_per_s", o.workflows / secs);
-  if (o.baseline_rows_per_s > 0)
-    j.add("baseline_rows_per_s", o.baseline_rows_per_s)
-      .add("ratio_to_baseline", steps / secs / o.baseline_rows_per_s);
+  base.add_to(j, steps / secs);
+  add_per(j, before, after, steps, "step");
   j.print();
 }
 
@@ -714,45 +676,75 @@ struct tally {
   }
 };
 
-/// `o.workflows` calls of an exclusive "add" handler spread over `o.steps`
-/// keys by `o.in_flight` callers, each waiting for its reply: calls/s, reply
-/// latency, and whether every key's total is exact.
+/// `o.workflows` calls of an exclusive "add" handler over `o.steps` keys by
+/// `o.in_flight` callers, each waiting for its reply, after every key was
+/// called once (untimed: `activation_s`). Keys drawn uniformly at random
+/// (seed 42, as Restate's load generator), or in turn with
+/// `BENCH_KEYS=round_robin` (then no two calls in flight share a key).
+/// calls/s against a COPY baseline run right before and after, reply
+/// latency, what each call cost (db_counters.hpp), and whether every key's
+/// total is exact.
 void object_throughput(const options& o) {
   auto db = database_for(o);
-  runtime rt{runtime_config(db)};
-  rt.register_object<tally>("tally").handler(
-    "add", [](object_context<tally>& ctx, std::int64_t n) -> task<std::int64_t> {
-      ctx.state().total += n;
-      co_return ctx.state().total;
-    });
-  rt.start();
   auto keys = std::max(1, o.steps);
-  std::atomic<int> next{0};
+  bool round_robin = std::getenv("BENCH_KEYS")
+                     && std::string{std::getenv("BENCH_KEYS")} == "round_robin";
+  std::vector<int> key_of(static_cast<size_t>(o.workflows));
+  std::vector<std::int64_t> expected(static_cast<size_t>(keys), 1);
+  std::mt19937 draw{42};
+  std::uniform_int_distribution<int> any_key{0, keys - 1};
+  for (int n = 0; n < o.workflows; ++n) {
+    key_of[static_cast<size_t>(n)] = round_robin ? n % keys : any_key(draw);
+    ++expected[static_cast<size_t>(key_of[static_cast<size_t>(n)])];
+  }
+  two_sided_baseline base;
+  base.before = copy_baseline(db, baseline_rows());
   std::vector<std::vector<double>> latencies(static_cast<size_t>(o.in_flight));
-  auto t0 = bench_clock::now();
-  {
-    std::vector<std::jthread> callers;
-    for (int c = 0; c < o.in_flight; ++c)
-      callers.emplace_back([&, c] {
-        auto& mine = latencies[static_cast<size_t>(c)];
-        for (int n; (n = next.fetch_add(1)) < o.workflows;) {
-          auto t = bench_clock::now();
-          rt.call<std::int64_t>("tally", "k" + std::to_string(n % keys), "add",
-                                std::int64_t{1});
-          mine.push_back(std::chrono::duration<double, std::micro>(
-                           bench_clock::now() - t)
-                           .count());
-        }
-      });
-  }
-  auto secs = seconds_since(t0);
+  db_counters before, after;
+  double secs = 0, activation_s = 0;
   bool exact = true;
-  for (int k = 0; k < keys; ++k) {
-    auto expected = o.workflows / keys + (k < o.workflows % keys ? 1 : 0);
-    auto state = rt.object_state<tally>("tally", "k" + std::to_string(k));
-    if (expected > 0 && (!state || state->total != expected))
-      exact = false;
-  }
+  {
+    runtime rt{runtime_config(db)};
+    rt.register_object<tally>("tally").handler(
+      "add",
+      [](object_context<tally>& ctx, std::int64_t n) -> task<std::int64_t> {
+        ctx.state().total += n;
+        co_return ctx.state().total;
+      });
+    rt.start();
+    auto callers = [&](int count, auto key, bool timed) {
+      std::atomic<int> next{0};
+      std::vector<std::jthread> threads;
+      for (int c = 0; c < o.in_flight; ++c)
+        threads.emplace_back([&, c] {
+          auto& mine = latencies[static_cast<size_t>(c)];
+          for (int n; (n = next.fetch_add(1)) < count;) {
+            auto t = bench_clock::now();
+            rt.call<std::int64_t>("tally", "k" + std::to_string(key(n)), "add",
+                                  std::int64_t{1});
+            if (timed)
+              mine.push_back(std::chrono::duration<double, std::micro>(
+                               bench_clock::now() - t)
+                               .count());
+          }
+        });
+    };
+    auto t0 = bench_clock::now();
+    callers(keys, [](int n) { return n; }, false);
+    activation_s = seconds_since(t0);
+    before = read_counters(db, {"runs", "objects"});
+    t0 = bench_clock::now();
+    callers(o.workflows,
+            [&](int n) { return key_of[static_cast<size_t>(n)]; }, true);
+    secs = seconds_since(t0);
+    for (int k = 0; k < keys; ++k) {
+      auto state = rt.object_state<tally>("tally", "k" + std::to_string(k));
+      if (!state || state->total != expected[static_cast<size_t>(k)])
+        exact = false;
+    }
+  } // the runtime's connections close: their statistics are reported
+  after = read_counters(db, {"runs", "objects"});
+  base.after = copy_baseline(db, baseline_rows());
   std::vector<double> all;
   for (auto& l : latencies)
     all.insert(all.end(), l.begin(), l.end());
@@ -763,18 +755,20 @@ void object_throughput(const options& o) {
                                       static_cast<size_t>(
                                         p * static_cast<double>(all.size())))];
   };
+  auto rate = o.workflows / secs;
   auto j = header(o);
   j.add("calls", o.workflows)
     .add("keys", keys)
+    .add("key_choice", round_robin ? "round_robin" : "random")
     .add("callers", o.in_flight)
+    .add("activation_s", activation_s)
     .add("seconds", secs)
-    .add("calls_per_s", o.workflows / secs)
+    .add("calls_per_s", rate)
     .add("p50_us", pct(0.50))
     .add("p99_us", pct(0.99))
     .add("totals_ok", exact ? 1.0 : 0.0);
-  if (o.baseline_rows_per_s > 0)
-    j.add("baseline_rows_per_s", o.baseline_rows_per_s)
-      .add("ratio_to_baseline", o.workflows / secs / o.baseline_rows_per_s);
+  base.add_to(j, rate);
+  add_per(j, before, after, o.workflows, "call");
   j.print();
 }
 
