@@ -125,6 +125,8 @@ private:
   batch_result write_runs(const persistence::write_batch& batch);
   std::vector<bool>
   commit_invocations(const std::vector<invocation_commit>& invocations);
+  /// A batch of creations and invocation ends, in one transaction.
+  batch_result create_and_end(const persistence::write_batch& batch);
   void prepare_executors(connection& c, const std::string& s);
   /// Takes executor lock `key` on this connection (ending our own previous
   /// connection's session if it still holds it); returns whether it did.

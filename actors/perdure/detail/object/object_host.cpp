@@ -213,14 +213,21 @@ void object_host::run_next() {
     auto tag = inv->tag;
     readers.emplace(tag, std::move(inv));
   }
-  if (queue.empty() && !current && committing.empty() && readers.empty())
-    caf::delayed_anon_send(caf::actor_cast<caf::actor>(self),
-                           rt->cfg.object_idle_timeout,
-                           object_message{idle_check{++idle_generation}});
+  if (queue.empty() && !current && committing.empty() && readers.empty()) {
+    idle_since = std::chrono::steady_clock::now();
+    arm_idle_timer(rt->cfg.object_idle_timeout);
+  }
+}
+
+void object_host::arm_idle_timer(std::chrono::steady_clock::duration after) {
+  if (idle_timer_armed)
+    return;
+  idle_timer_armed = true;
+  caf::delayed_anon_send(caf::actor_cast<caf::actor>(self), after,
+                         object_message{idle_check{}});
 }
 
 std::unique_ptr<invocation> object_host::start(persistence::run_record run) {
-  ++idle_generation;
   std::vector<persistence::journal_entry> journal;
   if (auto j = journals.find(run.id); j != journals.end()) {
     journal = std::move(j->second);
@@ -498,12 +505,19 @@ void object_host::on_queued_cancel(queued_cancel& m) {
       return;
 }
 
-/// Nothing to do since the idle timer was armed: passivate.
-void object_host::on_idle_check(idle_check& m) {
-  if (m.generation != idle_generation || current || !queue.empty()
-      || !committing.empty() || !readers.empty() || taking_inbox
-      || stopping)
+/// Idle for the whole timeout: passivate. Idle for less (it worked since
+/// the timer was armed): look again when the timeout would be up. Busy:
+/// the timer is armed again when it goes idle.
+void object_host::on_idle_check(idle_check&) {
+  idle_timer_armed = false;
+  if (current || !queue.empty() || !committing.empty() || !readers.empty()
+      || taking_inbox || stopping)
     return;
+  auto idle_for = std::chrono::steady_clock::now() - idle_since;
+  if (idle_for < rt->cfg.object_idle_timeout) {
+    arm_idle_timer(rt->cfg.object_idle_timeout - idle_for);
+    return;
+  }
   if (rt->objects->try_passivate(type, key,
                                    caf::actor_cast<caf::actor>(self),
                                    received))

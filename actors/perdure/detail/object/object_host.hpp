@@ -9,6 +9,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -123,7 +124,10 @@ struct object_host {
   /// Handed while a take of the inbox was under way: they join the queue
   /// with what it took, in inbox order (a call taken may be older).
   std::vector<persistence::run_record> handed_in_take;
-  std::uint64_t idle_generation = 0;
+  /// One idle timer at a time, armed when the key goes idle (not per
+  /// call: a timer wakes CAF's clock thread); it looks at `idle_since`.
+  bool idle_timer_armed = false;
+  std::chrono::steady_clock::time_point idle_since{};
   bool stopping = false;
 
   void init(object_activation a);
@@ -133,6 +137,7 @@ struct object_host {
   void on_inbox_taken(inbox_taken& m);
   void on_queued_cancel(queued_cancel& m);
   void on_idle_check(idle_check& m);
+  void arm_idle_timer(std::chrono::steady_clock::duration after);
   void run_next();
   /// Ends `run`, an invocation recovered too often, RETRIES_EXCEEDED.
   void give_up(persistence::run_record run);

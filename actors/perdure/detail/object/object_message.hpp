@@ -40,10 +40,8 @@ struct queued_cancel {
   std::string run_id;
 };
 
-/// Idle since `generation`: leave memory if still idle.
-struct idle_check {
-  std::uint64_t generation = 0;
-};
+/// The idle timer: leave memory if idle for `object_idle_timeout`.
+struct idle_check {};
 
 /// The key's state, at `version`, could not be decoded when it was claimed:
 /// give the key up (sent to itself, as an actor does not quit while it

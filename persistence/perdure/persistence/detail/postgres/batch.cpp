@@ -19,14 +19,80 @@ namespace perdure::persistence {
 
 using namespace detail::pg;
 
+namespace {
+
+/// A batch's invocation ends as the `commit_invocations` statement takes
+/// them.
+struct invocation_arrays {
+  std::string types, keys, ids, execs, epochs, statuses, outputs, errors, ats,
+    states, bases, checks;
+
+  explicit invocation_arrays(const std::vector<invocation_commit>& all) {
+    detail::pg_array t, k, i, x, e, st, o, er, a, s, b, c;
+    for (auto& inv : all) {
+      t.add(inv.object_type);
+      k.add(inv.object_key);
+      add_completion(inv.completion, i, x, e, st, o, er, a);
+      s.add_opt(inv.state ? std::optional{detail::to_hex(*inv.state)}
+                          : std::nullopt);
+      b.add(inv.base_version);
+      c.add(inv.checks_base ? "t" : "f");
+    }
+    types = t.str(), keys = k.str(), ids = i.str(), execs = x.str();
+    epochs = e.str(), statuses = st.str(), outputs = o.str();
+    errors = er.str(), ats = a.str(), states = s.str(), bases = b.str();
+    checks = c.str();
+  }
+
+  /// Runs the statement in `w`: whether each end committed (with `w`).
+  std::vector<bool> commit(pqxx::transaction_base& w, std::int64_t lease,
+                           const std::vector<invocation_commit>& all) const {
+    std::unordered_set<std::string> done;
+    for (const auto& row :
+         w.exec_prepared("commit_invocations", types, keys, ids, execs,
+                         epochs, statuses, outputs, errors, ats, states,
+                         lease, bases, checks))
+      done.insert(row[0].as<std::string>());
+    std::vector<bool> out;
+    out.reserve(all.size());
+    for (auto& i : all)
+      out.push_back(done.count(i.completion.run_id) > 0);
+    return out;
+  }
+};
+
+} // namespace
+
 batch_result postgres_store::write_batch(const persistence::write_batch& batch) {
-  auto result = batch.creates.empty() && batch.appends.empty()
-                    && batch.completions.empty()
-                  ? batch_result{}
-                  : write_runs(batch);
+  bool runs = !batch.creates.empty() || !batch.appends.empty()
+              || !batch.completions.empty();
+  if (runs && batch.appends.empty() && batch.completions.empty()
+      && !batch.invocations.empty())
+    return create_and_end(batch);
+  auto result = runs ? write_runs(batch) : batch_result{};
   if (!batch.invocations.empty())
     result.invocations = commit_invocations(batch.invocations);
   return result;
+}
+
+batch_result
+postgres_store::create_and_end(const persistence::write_batch& batch) {
+  // Calls arriving and calls ending (a busy object's batches): one
+  // transaction, one commit, one WAL flush for both. Only with creations
+  // alone: the fence of appends and completions locks runs FOR SHARE, and
+  // holding those while the ends lock their objects' rows would deadlock
+  // with a claim, which locks an object's row and then updates its runs.
+  creation_arrays n{batch.creates};
+  invocation_arrays ends{batch.invocations};
+  return with_retry([&] {
+    pqxx::work w{*conn_};
+    batch_outcome out;
+    n.insert(w, out);
+    auto result = make_result(batch, out);
+    result.invocations = ends.commit(w, lease(), batch.invocations);
+    w.commit();
+    return result;
+  });
 }
 
 /// Reads the batch statement's rows, each a tag and a value: "a" a run
@@ -185,32 +251,10 @@ void postgres_store::copy_batch(const persistence::write_batch& batch,
 
 std::vector<bool> postgres_store::commit_invocations(
   const std::vector<invocation_commit>& invocations) {
-  detail::pg_array types, keys, ids, execs, epochs, statuses, outputs, errors,
-    ats, states, bases, checks;
-  for (auto& i : invocations) {
-    types.add(i.object_type);
-    keys.add(i.object_key);
-    add_completion(i.completion, ids, execs, epochs, statuses, outputs, errors,
-                   ats);
-    states.add_opt(i.state ? std::optional{detail::to_hex(*i.state)}
-                           : std::nullopt);
-    bases.add(i.base_version);
-    checks.add(i.checks_base ? "t" : "f");
-  }
+  invocation_arrays ends{invocations};
   return with_retry([&] {
     pqxx::nontransaction w{*conn_};
-    std::unordered_set<std::string> done;
-    for (const auto& row : w.exec_prepared(
-           "commit_invocations", types.str(), keys.str(), ids.str(),
-           execs.str(), epochs.str(), statuses.str(), outputs.str(),
-           errors.str(), ats.str(), states.str(), lease(), bases.str(),
-           checks.str()))
-      done.insert(row[0].as<std::string>());
-    std::vector<bool> out;
-    out.reserve(invocations.size());
-    for (auto& i : invocations)
-      out.push_back(done.count(i.completion.run_id) > 0);
-    return out;
+    return ends.commit(w, lease(), invocations);
   });
 }
 
