@@ -21,7 +21,9 @@ struct db_counters {
 
 /// Reads the counters now. `tables`: whose rows written count. On
 /// PostgreSQL it first waits for the backends' statistics to be reported
-/// (they are sent at most once a second).
+/// (they are sent at most once a second; an idle backend's within 10 s,
+/// so the bench reads "after" once the runtime's connections closed, and
+/// "before" may still miss some of the warm-up's: a few per cent at most).
 db_counters read_counters(const test::database& db,
                           const std::vector<std::string>& tables);
 

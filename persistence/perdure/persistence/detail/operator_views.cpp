@@ -171,6 +171,11 @@ std::string schedule_view(bool postgres, const std::string& s) {
 std::vector<std::string> collected_runs_view(bool postgres,
                                              const std::string& s) {
   spelling sp{postgres, s};
+  // PostgreSQL replaces it in place (a column added at the end), so views
+  // and grants operators built on it stay; SQLite cannot.
+  if (postgres)
+    return {"CREATE OR REPLACE VIEW " + s + "v_runs AS "
+            + runs_view_body(sp, true)};
   return {"DROP VIEW " + s + "v_runs",
           sp.view("v_runs", runs_view_body(sp, true))};
 }

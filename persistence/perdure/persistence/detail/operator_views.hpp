@@ -18,8 +18,8 @@ std::vector<std::string> operator_views(bool postgres, const std::string& s);
 std::string schedule_view(bool postgres, const std::string& s);
 
 /// The statements giving `v_runs` the column `collected_at` (migration 19:
-/// the view is dropped and created again, as SQLite cannot add a column
-/// to a view).
+/// replaced in place on PostgreSQL, keeping what depends on it; dropped
+/// and created again on SQLite, which cannot add a column to a view).
 std::vector<std::string> collected_runs_view(bool postgres,
                                              const std::string& s);
 
