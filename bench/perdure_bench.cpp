@@ -67,12 +67,6 @@ long count_rows(test::sql_client& sql, const std::string& table,
 
 // -- baseline ---------------------------------------------------------------------
 
-/// The same number of journal-sized rows as `step_throughput` writes, by the
-/// plainest batched insert there is (db_counters.hpp, `copy_baseline`).
-double baseline(const options& o, long rows) {
-  return copy_baseline(database_for(o), rows);
-}
-
 /// Rows of each side of a two-sided baseline: about a second of COPY here
 /// (`BENCH_BASELINE_ROWS`, default 160 000).
 long baseline_rows() {
@@ -965,7 +959,9 @@ int main(int argc, char** argv) {
     auto o = parse(argc, argv);
     if (o.scenario == "baseline") {
       long rows = static_cast<long>(o.workflows) * o.steps;
-      auto rate = baseline(o, rows);
+      // As many journal-sized rows as step_throughput writes, by the
+      // plainest batched insert there is (db_counters.hpp).
+      auto rate = copy_baseline(database_for(o), rows);
       header(o).add("rows", static_cast<double>(rows)).add("rows_per_s", rate).print();
     } else if (o.scenario == "step_throughput") {
       step_throughput(o);
