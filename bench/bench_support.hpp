@@ -36,6 +36,8 @@ struct options {
   int in_flight = 256;
   int rounds = 0;
   double baseline_rows_per_s = 0;
+  /// object_throughput: "blocking" callers, or "async" calls in flight.
+  std::string mode = "blocking";
   std::string self; // argv[0], for the recovery child
 };
 
@@ -55,6 +57,7 @@ inline options parse(int argc, char** argv) {
     else if (k == "--incarnation") o.incarnation = std::stoi(v);
     else if (k == "--processes") o.processes = std::stoi(v);
     else if (k == "--in-flight") o.in_flight = std::stoi(v);
+    else if (k == "--mode") o.mode = v;
     else if (k == "--rounds") o.rounds = std::stoi(v);
     else if (k == "--baseline-rows-per-s") o.baseline_rows_per_s = std::stod(v);
     else throw std::runtime_error("unknown option " + k);

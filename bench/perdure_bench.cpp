@@ -24,9 +24,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <malloc.h>
 #include <mutex>
 #include <iostream>
@@ -671,7 +673,9 @@ struct tally {
 };
 
 /// `o.workflows` calls of an exclusive "add" handler over `o.steps` keys by
-/// `o.in_flight` callers, each waiting for its reply, after every key was
+/// `o.in_flight` callers, each waiting for its reply (`--mode async`:
+/// `o.in_flight` calls kept in flight with `call_async`, each end starting
+/// the next, as Restate's load generator does), after every key was
 /// called once (untimed: `activation_s`). Keys drawn uniformly at random
 /// (seed 42, as Restate's load generator), or in turn with
 /// `BENCH_KEYS=round_robin` (then, with at least as many keys as callers,
@@ -724,13 +728,54 @@ void object_throughput(const options& o) {
           }
         });
     };
+    auto async_calls = [&](int count, auto key, bool timed) {
+      std::mutex mtx;
+      std::condition_variable all_done;
+      int ended = 0, failed = 0;
+      std::atomic<int> next{0};
+      std::vector<bench_clock::time_point> started(static_cast<size_t>(count));
+      auto& mine = latencies[0]; // one callback thread appends
+      std::function<void()> issue = [&] {
+        auto n = next.fetch_add(1);
+        if (n >= count)
+          return;
+        started[static_cast<size_t>(n)] = bench_clock::now();
+        rt.call_async<std::int64_t>(
+          "tally", "k" + std::to_string(key(n)), "add", std::int64_t{1},
+          [&, n](call_result<std::int64_t> r) {
+            bool ok = r.ok();
+            if (timed)
+              mine.push_back(std::chrono::duration<double, std::micro>(
+                               bench_clock::now()
+                               - started[static_cast<size_t>(n)])
+                               .count());
+            issue();
+            std::lock_guard guard{mtx};
+            ++ended;
+            failed += ok ? 0 : 1;
+            all_done.notify_one();
+          });
+      };
+      for (int c = 0; c < o.in_flight; ++c)
+        issue();
+      std::unique_lock guard{mtx};
+      all_done.wait(guard, [&] { return ended == count; });
+      if (failed > 0)
+        throw std::runtime_error(std::to_string(failed) + " calls failed");
+    };
+    bool async = o.mode == "async";
+    if (!async && o.mode != "blocking")
+      throw std::runtime_error("--mode is blocking or async");
     auto t0 = bench_clock::now();
     callers(keys, [](int n) { return n; }, false);
     activation_s = seconds_since(t0);
     before = read_counters(db, {"runs", "objects"});
     t0 = bench_clock::now();
-    callers(o.workflows,
-            [&](int n) { return key_of[static_cast<size_t>(n)]; }, true);
+    auto drawn = [&](int n) { return key_of[static_cast<size_t>(n)]; };
+    if (async)
+      async_calls(o.workflows, drawn, true);
+    else
+      callers(o.workflows, drawn, true);
     secs = seconds_since(t0);
   } // the runtime's connections close: their statistics are reported
   after = read_counters(db, {"runs", "objects"});
@@ -759,6 +804,7 @@ void object_throughput(const options& o) {
   j.add("calls", o.workflows)
     .add("keys", keys)
     .add("key_choice", round_robin ? "round_robin" : "random")
+    .add("mode", o.mode)
     .add("callers", o.in_flight)
     .add("activation_s", activation_s)
     .add("seconds", secs)

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "perdure/call_result.hpp"
 #include "perdure/config.hpp"
 #include "perdure/persistence/codec.hpp"
 #include "perdure/run_listing.hpp"
@@ -320,14 +321,48 @@ public:
   template <class R, class A>
   R call(std::string_view type, std::string_view key, std::string_view handler,
          const A& input, call_options opts = {}) {
-    return send<R>(type, key, handler, input, std::move(opts)).get();
+    return call_result<R>{
+      invoke_and_wait(type, key, handler,
+                      persistence::encode(input, cfg().payload_encoding),
+                      std::move(opts))}
+      .get();
   }
 
   /// `call` for a handler without input.
   template <class R>
   R call(std::string_view type, std::string_view key, std::string_view handler,
          call_options opts = {}) {
-    return send<R>(type, key, handler, std::move(opts)).get();
+    return call_result<R>{invoke_and_wait(type, key, handler, std::string{},
+                                          std::move(opts))}
+      .get();
+  }
+
+  /// `call` without waiting: stores the call and returns its id at once;
+  /// `done` runs once with its end (the result, or what `call` would have
+  /// thrown) on the thread shared by `when_done` callbacks: keep it short.
+  /// An end committed by this process reaches `done` from memory (no read);
+  /// one elsewhere is read from the store. `done` gets `not_running` for a
+  /// call whose end this process did not see before it stopped. Throws at
+  /// once what `send` throws before storing (`unknown_workflow`,
+  /// `invalid_argument`, `payload_too_large`, `not_running`).
+  template <class R, class A>
+  std::string call_async(std::string_view type, std::string_view key,
+                         std::string_view handler, const A& input,
+                         std::function<void(call_result<R>)> done,
+                         call_options opts = {}) {
+    return invoke_async(type, key, handler,
+                        persistence::encode(input, cfg().payload_encoding),
+                        std::move(opts), wrap(std::move(done)));
+  }
+
+  /// `call_async` for a handler without input.
+  template <class R>
+  std::string call_async(std::string_view type, std::string_view key,
+                         std::string_view handler,
+                         std::function<void(call_result<R>)> done,
+                         call_options opts = {}) {
+    return invoke_async(type, key, handler, std::string{}, std::move(opts),
+                        wrap(std::move(done)));
   }
 
   /// Returns the state of object `key` of type `type` as last committed,
@@ -461,6 +496,21 @@ private:
                      call_options opts);
   std::optional<std::string> state_bytes(std::string_view type,
                                          std::string_view key);
+  /// `call`'s way: its caller woken once, by its end (or failure).
+  detail::call_end invoke_and_wait(std::string_view type, std::string_view key,
+                                   std::string_view handler, std::string inputs,
+                                   call_options opts);
+  std::string invoke_async(std::string_view type, std::string_view key,
+                           std::string_view handler, std::string inputs,
+                           call_options opts,
+                           std::function<void(detail::call_end)> done);
+  template <class R>
+  static std::function<void(detail::call_end)>
+  wrap(std::function<void(call_result<R>)> done) {
+    return [done = std::move(done)](detail::call_end end) {
+      done(call_result<R>{std::move(end)});
+    };
+  }
   std::string schedule_call(std::string_view type, std::string_view key,
                             std::string_view handler, std::string inputs,
                             std::chrono::milliseconds delay, call_options opts);

@@ -4,6 +4,8 @@
 
 #include <future>
 
+#include "perdure/detail/execution/step_executor.hpp"
+#include "perdure/detail/runs/completion_watchers.hpp"
 #include "perdure/detail/runtime/ids.hpp"
 #include "perdure/detail/timer/clock.hpp"
 #include "perdure/detail/object/object_directory.hpp"
@@ -159,13 +161,12 @@ void store_and_deliver(detail::runtime_impl& rt,
     rt.svc.objects->reach(run.object_type, run.object_key, true);
 }
 
-} // namespace
 
-std::string client::invoke(std::string_view type, std::string_view key,
-                           std::string_view handler, std::string inputs,
-                           call_options opts) {
-  auto& rt = *impl_;
-  check_call(rt, type, key, handler, inputs);
+/// Returns the invocation record of a call, not yet stored.
+persistence::run_record new_call(detail::runtime_impl& rt,
+                                 std::string_view type, std::string_view key,
+                                 std::string_view handler, std::string inputs,
+                                 const call_options& opts) {
   persistence::run_record run;
   run.id = opts.idempotency_key.empty()
              ? detail::random_id()
@@ -181,12 +182,157 @@ std::string client::invoke(std::string_view type, std::string_view key,
   run.object_type = std::string{type};
   run.object_key = std::string{key};
   run.traceparent = detail::traceparent_for_start(opts.traceparent);
+  return run;
+}
+
+/// `call_async` in a runtime: the writer's thread hands the stored call to
+/// its key's actor, whose committed end reaches `token`'s callback from
+/// memory. The rarer ways (no actor here, an idempotency key used before)
+/// go to a control thread, and the end is read from the store.
+void store_and_deliver_async(detail::runtime_impl& rt,
+                             persistence::run_record run,
+                             std::uint64_t token) {
+  auto to = rt.svc.objects->prepare(run);
+  auto stored = run; // the writer takes one; the actor gets the other
+  rt.svc.writer->create(
+    std::move(stored),
+    [rt = &rt, to, run = std::move(run),
+     token](persistence::write_result r) mutable {
+      // The writer's callbacks run before it stops, which is before the
+      // runtime is torn down: `rt` is alive here.
+      auto& ends = *rt->svc.ends;
+      switch (r.ack) {
+        case persistence::write_ack::committed:
+          if (r.enqueued) // older calls of the key wait: it follows them
+            run.status = run_status::enqueued;
+          run.inbox_seq = r.inbox_seq;
+          if (rt->svc.objects->hand(to, run))
+            return;
+          rt->svc.control->post([rt, run = std::move(run), token] {
+            rt->svc.objects->reach(run.object_type, run.object_key, true);
+            rt->svc.ends->read_later(run.id, token);
+          });
+          return;
+        case persistence::write_ack::failed:
+        case persistence::write_ack::superseded: {
+          auto code = r.error == errc::store_full ? errc::store_full
+                                                  : errc::store_unavailable;
+          auto why = error(code, "could not store call '" + run.id
+                                   + "': the database is "
+                                   + (code == errc::store_full ? "full"
+                                                               : "unavailable")
+                                   + "; it may have been stored all the same: "
+                                     "call again with an idempotency key");
+          ends.finish(run.id, token,
+                      detail::call_end{run.id, {},
+                                       std::make_exception_ptr(why)});
+          return;
+        }
+        case persistence::write_ack::rejected:
+          // The idempotency key was used: the blocking way reads the first
+          // call (it may take a store read or two), on a control thread.
+          rt->svc.control->post([rt, run = std::move(run), token]() mutable {
+            auto id = run.id;
+            try {
+              store_and_deliver(*rt, run);
+              rt->svc.ends->read_later(id, token);
+            } catch (...) {
+              rt->svc.ends->finish(
+                id, token,
+                detail::call_end{id, {}, std::current_exception()});
+            }
+          });
+          return;
+      }
+    });
+}
+
+} // namespace
+
+std::string client::invoke(std::string_view type, std::string_view key,
+                           std::string_view handler, std::string inputs,
+                           call_options opts) {
+  auto& rt = *impl_;
+  check_call(rt, type, key, handler, inputs);
+  auto run = new_call(rt, type, key, handler, std::move(inputs), opts);
   detail::runtime_impl::client_call call{rt};
   if (rt.client_mode)
     store_for_runtimes(rt, run);
   else
     store_and_deliver(rt, run);
   return run.id;
+}
+
+namespace {
+
+/// `call_async`'s way (`in_place`: `done` only wakes a waiting thread).
+std::string start_call(detail::runtime_impl& rt, persistence::run_record run,
+                       std::function<void(detail::call_end)> done,
+                       bool in_place) {
+  auto id = run.id;
+  // Before the write: its end may come before `create` returns.
+  auto token = rt.svc.ends->on_outcome(id, std::move(done), in_place);
+  if (rt.client_mode) {
+    // No writer or actors here: stored now, its end read from the store.
+    try {
+      store_for_runtimes(rt, run);
+    } catch (...) {
+      rt.svc.ends->finish(id, token,
+                          detail::call_end{id, {}, std::current_exception()});
+      return id;
+    }
+    rt.svc.ends->read_later(id, token);
+    return id;
+  }
+  store_and_deliver_async(rt, std::move(run), token);
+  return id;
+}
+
+} // namespace
+
+std::string client::invoke_async(std::string_view type, std::string_view key,
+                                 std::string_view handler, std::string inputs,
+                                 call_options opts,
+                                 std::function<void(detail::call_end)> done) {
+  auto& rt = *impl_;
+  check_call(rt, type, key, handler, inputs);
+  auto run = new_call(rt, type, key, handler, std::move(inputs), opts);
+  detail::runtime_impl::client_call call{rt};
+  return start_call(rt, std::move(run), std::move(done), false);
+}
+
+detail::call_end client::invoke_and_wait(std::string_view type,
+                                         std::string_view key,
+                                         std::string_view handler,
+                                         std::string inputs,
+                                         call_options opts) {
+  auto& rt = *impl_;
+  if (rt.running() && rt.svc.ends->on_callback_thread()) {
+    // A callback's thread reads the store for ends from elsewhere: it
+    // cannot also wait for that. It waits the way `send().get()` does.
+    auto id = invoke(type, key, handler, std::move(inputs), std::move(opts));
+    detail::call_end end;
+    end.id = id;
+    try {
+      end.outcome = detail::await_run(rt, id, std::chrono::milliseconds::max());
+    } catch (...) {
+      end.failure = std::current_exception();
+    }
+    return end;
+  }
+  check_call(rt, type, key, handler, inputs);
+  auto run = new_call(rt, type, key, handler, std::move(inputs), opts);
+  std::promise<detail::call_end> ended;
+  auto end = ended.get_future();
+  {
+    detail::runtime_impl::client_call call{rt};
+    // Woken once, by whoever learns the end: the actor's thread when the
+    // end commits here, no hand-off in between.
+    start_call(rt, std::move(run),
+               [&ended](detail::call_end e) { ended.set_value(std::move(e)); },
+               true);
+  }
+  return end.get();
 }
 
 std::optional<std::string> client::state_bytes(std::string_view type,

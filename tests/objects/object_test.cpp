@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -541,6 +543,185 @@ TEST_F(object_test, callbacks_wait_for_replies_without_holding_threads) {
   std::sort(replies.begin(), replies.end());
   for (int n = 0; n < sends; ++n)
     EXPECT_EQ(replies[n], n + 1);
+}
+
+/// What `call_async` callbacks receive, collected for a test.
+struct async_ends {
+  std::mutex mtx;
+  std::condition_variable arrived;
+  std::map<std::string, std::vector<call_result<std::int64_t>>> by_tag;
+
+  std::function<void(call_result<std::int64_t>)> into(std::string tag) {
+    return [this, tag](call_result<std::int64_t> r) {
+      std::lock_guard guard{mtx};
+      by_tag[tag].push_back(std::move(r));
+      arrived.notify_all();
+    };
+  }
+
+  /// Waits until `tag` has `n` ends; returns them.
+  std::vector<call_result<std::int64_t>> wait(const std::string& tag,
+                                              std::size_t n) {
+    std::unique_lock guard{mtx};
+    arrived.wait_for(guard, 30s, [&] { return by_tag[tag].size() >= n; });
+    return by_tag[tag];
+  }
+};
+
+TEST_F(object_test, call_async_ends_reach_callbacks_from_memory_and_store) {
+  auto rt = make();
+  rt->start();
+  // A second runtime on the database (PostgreSQL: SQLite has one per file).
+  std::unique_ptr<runtime> other;
+  if (db_.postgres) {
+    other = make(db_.runtime_config("other"));
+    other->start();
+  }
+  async_ends ends;
+  // From the runtime holding the keys: ends told from memory.
+  constexpr int calls = 200;
+  std::vector<std::string> ids;
+  for (int n = 0; n < calls; ++n)
+    ids.push_back(rt->call_async<std::int64_t>(
+      "counter", "a" + std::to_string(n % 4), "add", std::int64_t{1},
+      ends.into("here")));
+  auto here = ends.wait("here", calls);
+  ASSERT_EQ(here.size(), calls);
+  std::map<std::string, std::vector<std::int64_t>> replies;
+  for (auto& r : here) {
+    ASSERT_TRUE(r.ok()) << r.id();
+    auto n = std::find(ids.begin(), ids.end(), r.id()) - ids.begin();
+    replies["a" + std::to_string(n % 4)].push_back(r.get());
+  }
+  for (auto& [key, got] : replies) {
+    std::sort(got.begin(), got.end());
+    ASSERT_EQ(got.size(), calls / 4);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], static_cast<std::int64_t>(i + 1)) << key;
+    EXPECT_EQ(rt->object_state<counter>("counter", key)->total, calls / 4);
+  }
+  // From a runtime whose keys are held by the first: ends read from the
+  // store; and from a client process.
+  client helper{db_.runtime_config("helper")};
+  for (int n = 0; n < 10; ++n) {
+    if (other)
+      other->call_async<std::int64_t>("counter", "a0", "add", std::int64_t{1},
+                                      ends.into("elsewhere"));
+    helper.call_async<std::int64_t>("counter", "a1", "add", std::int64_t{1},
+                                    ends.into("client"));
+    // A blocking call from the other runtime waits on the store too.
+    if (other && n == 0) {
+      EXPECT_GT(other->call<std::int64_t>("counter", "a2", "add",
+                                          std::int64_t{1}),
+                calls / 4);
+    }
+  }
+  for (const auto* tag : {"elsewhere", "client"}) {
+    if (!other && std::string{tag} == "elsewhere")
+      continue;
+    auto got = ends.wait(tag, 10);
+    ASSERT_EQ(got.size(), 10u) << tag;
+    for (auto& r : got)
+      EXPECT_TRUE(r.ok()) << tag;
+  }
+  EXPECT_EQ(rt->object_state<counter>("counter", "a0")->total,
+            calls / 4 + (other ? 10 : 0));
+  EXPECT_EQ(rt->object_state<counter>("counter", "a1")->total, calls / 4 + 10);
+  if (other)
+    other->stop();
+}
+
+TEST_F(object_test, call_async_reports_failures_conflicts_and_repeats) {
+  auto rt = make();
+  rt->start();
+  async_ends ends;
+  rt->call_async<std::int64_t>("counter", "f", "fail_after_add",
+                               std::int64_t{5}, ends.into("failed"));
+  auto failed = ends.wait("failed", 1);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_FALSE(failed[0].ok());
+  EXPECT_THROW(
+    {
+      try {
+        failed[0].get();
+      } catch (const error& ex) {
+        EXPECT_EQ(ex.code(), errc::workflow_failed) << ex.what();
+        throw;
+      }
+    },
+    error);
+  // An idempotency key: the second call returns the first one's result;
+  // another input under it conflicts.
+  call_options once{"order-1", {}};
+  auto first = rt->call_async<std::int64_t>(
+    "counter", "i", "add", std::int64_t{3}, ends.into("first"), once);
+  ASSERT_EQ(ends.wait("first", 1).at(0).get(), 3);
+  auto again = rt->call_async<std::int64_t>(
+    "counter", "i", "add", std::int64_t{3}, ends.into("again"), once);
+  EXPECT_EQ(again, first);
+  EXPECT_EQ(ends.wait("again", 1).at(0).get(), 3);
+  rt->call_async<std::int64_t>("counter", "i", "add", std::int64_t{4},
+                               ends.into("other input"), once);
+  auto conflict = ends.wait("other input", 1);
+  ASSERT_EQ(conflict.size(), 1u);
+  try {
+    conflict[0].get();
+    FAIL() << "another input under a used idempotency key was accepted";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::conflicting_id) << ex.what();
+  }
+  EXPECT_EQ(rt->object_state<counter>("counter", "i")->total, 3);
+  // Refused before storing: thrown at once, no callback.
+  EXPECT_THROW(rt->call_async<std::int64_t>("counter", "i", "no_such",
+                                            std::int64_t{1},
+                                            ends.into("never")),
+               error);
+}
+
+TEST_F(object_test, call_async_callers_hear_not_running_when_stopped_first) {
+  auto rt = make();
+  std::atomic<bool> release{false};
+  rt->register_object<counter>("slow").handler(
+    "add",
+    [&](object_context<counter>& ctx, std::int64_t n) -> task<std::int64_t> {
+      co_await ctx.step("wait", [&] {
+        while (!release)
+          std::this_thread::sleep_for(5ms);
+        return 0;
+      });
+      ctx.state().total += n;
+      co_return ctx.state().total;
+    });
+  rt->start();
+  async_ends ends;
+  auto id = rt->call_async<std::int64_t>("slow", "s", "add", std::int64_t{1},
+                                         ends.into("stopped"));
+  ASSERT_TRUE(test::eventually([&] {
+    try {
+      return rt->retrieve_workflow<std::int64_t>(id).status()
+             == run_status::pending;
+    } catch (const error&) {
+      return false; // not stored yet
+    }
+  }));
+  std::thread releaser{[&] {
+    std::this_thread::sleep_for(300ms);
+    release = true; // stop() waits for the step
+  }};
+  rt->stop();
+  releaser.join();
+  auto got = ends.wait("stopped", 1);
+  ASSERT_EQ(got.size(), 1u);
+  try {
+    got[0].get();
+    FAIL() << "a call whose end was not seen returned";
+  } catch (const error& ex) {
+    EXPECT_EQ(ex.code(), errc::not_running) << ex.what();
+  }
+  EXPECT_THROW(rt->call_async<std::int64_t>("slow", "s", "add",
+                                            std::int64_t{1},
+                                            ends.into("after")),
+               error);
 }
 
 TEST_F(object_test, cycles_through_child_workflows_fail_and_sends_hold_nothing) {

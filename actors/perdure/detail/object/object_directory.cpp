@@ -48,24 +48,30 @@ object_directory::prepare(persistence::run_record& run) {
 
 void object_directory::deliver(const std::optional<caf::actor>& to,
                                persistence::run_record run) {
-  // Stored ENQUEUED though `to` was to take it in memory: older calls of
-  // the key wait unseen, so it reaches the actor through the inbox.
-  if (to && run.status == run_status::pending) {
-    std::lock_guard guard{mtx_};
-    auto i = active_.find(id_of(run.object_type, run.object_key));
-    if (i != active_.end() && i->second.actor == *to
-        && i->second.epoch == run.owner.epoch) {
-      ++i->second.handed;
-      // Active here from now: its callers wait for its end, not the store.
-      rt_.runs->invocation_started(run.id, *to, run_registry::queued_exec,
-                             run.owner.epoch);
-      hand_invocation(*to, std::move(run));
-      return;
-    }
-  }
+  if (hand(to, run))
+    return;
   // Stored; the actor left meanwhile, or there was none: whoever claims the
   // key next takes it (claims take ENQUEUED and PENDING invocations).
   reach(run.object_type, run.object_key, true);
+}
+
+bool object_directory::hand(const std::optional<caf::actor>& to,
+                            persistence::run_record& run) {
+  // Stored ENQUEUED though `to` was to take it in memory: older calls of
+  // the key wait unseen, so it reaches the actor through the inbox.
+  if (!to || run.status != run_status::pending)
+    return false;
+  std::lock_guard guard{mtx_};
+  auto i = active_.find(id_of(run.object_type, run.object_key));
+  if (i == active_.end() || i->second.actor != *to
+      || i->second.epoch != run.owner.epoch)
+    return false;
+  ++i->second.handed;
+  // Active here from now: its callers wait for its end, not the store.
+  rt_.runs->invocation_started(run.id, *to, run_registry::queued_exec,
+                               run.owner.epoch);
+  hand_invocation(*to, std::move(run));
+  return true;
 }
 
 void object_directory::reclaim(const std::string& type,

@@ -38,6 +38,11 @@ public:
   void deliver(const std::optional<caf::actor>& to,
                persistence::run_record run);
 
+  /// `deliver`'s way in memory only: hands `run` to `to` and returns true,
+  /// or leaves `run` as it was and returns false (then `reach` the key,
+  /// which may block on the store: not on a writer's thread).
+  bool hand(const std::optional<caf::actor>& to, persistence::run_record& run);
+
   /// Makes sure the key's invocations in the store reach its holder: tells
   /// the actor here, or claims the key (free, ours, or its holder gone),
   /// or, if `announce`, tells the process holding it.

@@ -8,13 +8,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
+#include "perdure/call_result.hpp"
 #include "perdure/workflow_handle.hpp"
 
 namespace perdure::detail {
@@ -33,8 +36,33 @@ public:
   void on_end(const std::string& id, std::function<void()> done);
 
   /// Stops the callback thread (stop()): callbacks of runs that ended
-  /// run first, the rest are dropped.
+  /// run first, the rest of `on_end`'s are dropped, and `on_outcome`'s get
+  /// `not_running` on the calling thread.
   void stop_callbacks();
+
+  using outcome_callback = std::function<void(call_end)>;
+
+  /// Calls `done` once with run `id`'s end: from memory when `tell` brings
+  /// it, else (the run stopped here without an end) read from the store
+  /// once it ended; `not_running` if the runtime stops first. Register
+  /// before the run can end here (before its creation is written).
+  /// `in_place`: `done` only wakes a thread (it must not block or call
+  /// back in): it runs on the thread that tells, else on the callback
+  /// thread. Returns the registration's token; throws `not_running` once
+  /// stopped.
+  std::uint64_t on_outcome(const std::string& id, outcome_callback done,
+                           bool in_place = false);
+
+  /// Returns whether the caller is the callback thread.
+  bool on_callback_thread();
+
+  /// Ends registration `token` of run `id` with `end` now (on the callback
+  /// thread), unless `tell` ended it first.
+  void finish(const std::string& id, std::uint64_t token, call_end end);
+
+  /// Registration `token` of run `id` waits for the store's word instead:
+  /// the run is not (or no longer) running here.
+  void read_later(const std::string& id, std::uint64_t token);
 
   /// Tells the waiters for `id` that its actor stopped, and how it ended
   /// (`outcome`, if it did). Callbacks of `id` read the store then.
@@ -67,9 +95,30 @@ private:
     std::condition_variable ended;
   };
 
+  struct registration {
+    std::uint64_t token = 0;
+    outcome_callback done;
+    bool in_place = false;
+  };
+
+  /// Returns registration `token` of `id`, removed (no `done` if gone).
+  registration take(const std::string& id, std::uint64_t token);
+  /// Runs `r` with `end`: here if in place, else on the callback thread
+  /// (`callbacks_mtx_` not held).
+  void run_now(registration r, call_end end);
+  /// Hands `done` to the callbacks' thread for when `id` ended by the
+  /// store (`callbacks_mtx_` held).
+  void read_when_ended(const std::string& id, outcome_callback done);
+  /// Returns the callbacks' service, started if need be (`callbacks_mtx_`
+  /// held); throws `not_running` once stopped.
+  end_callbacks& callbacks();
+
   runtime_services& svc_;
   std::mutex callbacks_mtx_;
   std::unique_ptr<end_callbacks> callbacks_;
+  /// `on_outcome`'s registrations by run id (`callbacks_mtx_`).
+  std::unordered_map<std::string, std::vector<registration>> outcomes_;
+  std::uint64_t next_token_ = 0;
   std::mutex mtx_;
   std::unordered_map<std::string, watcher> watchers_;
 };

@@ -27,14 +27,43 @@ end_callbacks::~end_callbacks() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) // not when its own thread deletes it
-    thread_.join();
+  if (!thread_.joinable())
+    return; // its own thread deletes it: nothing of the runtime is touched
+  thread_.join();
+  // Ends known in memory that did not run yet: their callers hear of them.
+  for (auto& f : ready_)
+    call_guarded(rt_, f);
+  for (auto& [id, all] : pending_)
+    for (auto& w : all)
+      if (w.dropped)
+        call_guarded(rt_, w.dropped);
 }
 
-void end_callbacks::add(const std::string& id, std::function<void()> done) {
+void end_callbacks::post(std::function<void()> f) {
   {
     std::lock_guard guard{mtx_};
-    pending_[id].push_back(std::move(done));
+    ready_.push_back(std::move(f));
+  }
+  cv_.notify_all();
+}
+
+void end_callbacks::call_guarded(runtime_services& rt,
+                                 const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& ex) {
+    rt.log().error("perdure: a callback threw: {}", ex.what());
+  } catch (...) {
+    rt.log().error("perdure: a callback threw an exception not derived "
+                   "from std::exception");
+  }
+}
+
+void end_callbacks::add(const std::string& id, std::function<void()> done,
+                        std::function<void()> dropped) {
+  {
+    std::lock_guard guard{mtx_};
+    pending_[id].push_back({std::move(done), std::move(dropped)});
     ended_.insert(id); // checked at once: it may have ended already
   }
   cv_.notify_all();
@@ -68,11 +97,21 @@ end_callbacks::read_ended(const std::vector<std::string>& ids) {
 }
 
 void end_callbacks::stop_from_own_thread(std::unique_ptr<end_callbacks> self) {
-  std::lock_guard guard{self->mtx_};
-  self->stopping_ = true;
-  self->delete_itself_ = true;
-  self->thread_.detach();
+  decltype(pending_) waiting;
+  {
+    std::lock_guard guard{self->mtx_};
+    self->stopping_ = true;
+    self->delete_itself_ = true;
+    waiting.swap(self->pending_);
+    self->thread_.detach();
+  }
+  auto& rt = self->rt_;
   (void)self.release(); // the thread's now
+  // Still within stop(): the runtime is alive for these.
+  for (auto& [id, all] : waiting)
+    for (auto& w : all)
+      if (w.dropped)
+        call_guarded(rt, w.dropped);
 }
 
 void end_callbacks::loop() {
@@ -90,10 +129,26 @@ void end_callbacks::run() {
   std::unique_lock guard{mtx_};
   auto next_poll = std::chrono::steady_clock::now();
   while (!stopping_) {
-    cv_.wait_until(guard, next_poll,
-                   [this] { return stopping_ || !ended_.empty(); });
+    cv_.wait_until(guard, next_poll, [this] {
+      return stopping_ || !ended_.empty() || !ready_.empty();
+    });
     if (stopping_)
       break;
+    if (!ready_.empty()) { // ends known in memory: no read
+      auto ready = std::move(ready_);
+      ready_.clear();
+      guard.unlock();
+      for (std::size_t k = 0; k < ready.size(); ++k) {
+        call_guarded(rt_, ready[k]);
+        guard.lock();
+        if (delete_itself_)
+          return; // f stopped the runtime (which may be gone): nothing more
+        guard.unlock();
+      }
+      guard.lock();
+      if (ended_.empty() && std::chrono::steady_clock::now() < next_poll)
+        continue;
+    }
     std::vector<std::string> check;
     if (std::chrono::steady_clock::now() >= next_poll) {
       // Runs ending in other processes tell nobody here: read the store.
@@ -113,8 +168,8 @@ void end_callbacks::run() {
       auto i = pending_.find(id);
       if (i == pending_.end())
         continue;
-      for (auto& f : i->second)
-        due.push_back(std::move(f));
+      for (auto& w : i->second)
+        due.push_back(std::move(w.done));
       pending_.erase(i);
     }
     guard.unlock();

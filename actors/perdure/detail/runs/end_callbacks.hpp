@@ -23,18 +23,31 @@ class end_callbacks {
 public:
   explicit end_callbacks(runtime_services& rt);
 
-  /// Runs the callbacks of runs that ended, then stops; the rest are
-  /// dropped.
+  /// Stops: `when_done` callbacks not run yet are dropped; ends `post`ed
+  /// and not run yet run here, and waiting `add`s with a `dropped` get it
+  /// (stopped from a callback: `stop_from_own_thread` runs those, and the
+  /// posted ends after that callback are dropped).
   ~end_callbacks();
 
   end_callbacks(const end_callbacks&) = delete;
   end_callbacks& operator=(const end_callbacks&) = delete;
 
-  /// Calls `done` on this service's thread once run `id` ended.
-  void add(const std::string& id, std::function<void()> done);
+  /// Calls `done` on this service's thread once run `id` ended; if the
+  /// service stops first, `dropped` (if any) on the stopping thread.
+  void add(const std::string& id, std::function<void()> done,
+           std::function<void()> dropped = {});
 
   /// Run `id` may have ended here (its actor stopped): read it now.
   void ended(const std::string& id);
+
+  /// Runs `f` on this service's thread soon: an end known in memory.
+  /// Those posted before the service stops run, on the stopping thread if
+  /// need be.
+  void post(std::function<void()> f);
+
+  /// Runs `f`, logging what it throws (a callback's exception stops
+  /// nothing).
+  static void call_guarded(runtime_services& rt, const std::function<void()>& f);
 
   /// Returns whether the caller is this service's thread (a callback).
   bool on_own_thread() const {
@@ -56,8 +69,13 @@ private:
   runtime_services& rt_;
   std::mutex mtx_;
   std::condition_variable cv_;
-  std::unordered_map<std::string, std::vector<std::function<void()>>> pending_;
+  struct waiting {
+    std::function<void()> done;
+    std::function<void()> dropped;
+  };
+  std::unordered_map<std::string, std::vector<waiting>> pending_;
   std::unordered_set<std::string> ended_;
+  std::vector<std::function<void()>> ready_;
   bool stopping_ = false;
   /// Stopped from its own thread: the thread deletes the service.
   bool delete_itself_ = false;
