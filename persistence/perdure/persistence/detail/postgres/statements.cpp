@@ -454,12 +454,13 @@ void postgres_store::prepare_objects(connection& c, const std::string& s) {
         "i.epoch AND (r.status = 'PENDING' OR r.status = i.status) WHERE "
         "(i.type, i.key) IN (SELECT type, key FROM multi) FOR UPDATE OF r), "
         "counted AS (SELECT type, key, count(*) AS n FROM ready GROUP BY "
-        "type, key), held AS (SELECT o.type, o.key FROM " + s
-      + "objects o JOIN keys k ON k.type = o.type AND k.key = o.key LEFT JOIN "
-        "counted y ON y.type = k.type AND y.key = k.key WHERE (o.type, o.key, "
-        "o.executor, o.epoch) IN (SELECT type, key, executor, epoch FROM inv) "
-        "AND o.version = COALESCE(k.base, o.version) AND (k.n = 1 OR k.n = "
-        "COALESCE(y.n, 0)) AND "
+        "type, key), held AS (SELECT o.type, o.key FROM (SELECT DISTINCT "
+        "type, key, executor, epoch FROM inv) f JOIN " + s
+      + "objects o ON o.type = f.type AND o.key = f.key AND o.executor = "
+        "f.executor AND o.epoch = f.epoch JOIN keys k ON k.type = o.type AND "
+        "k.key = o.key LEFT JOIN counted y ON y.type = k.type AND y.key = "
+        "k.key WHERE o.version = COALESCE(k.base, o.version) AND (k.n = 1 OR "
+        "k.n = COALESCE(y.n, 0)) AND "
       + holds_lease(s, "($4::text[])[1]", "$11")
       + " FOR UPDATE OF o), done AS (UPDATE " + s
       + "runs r SET status = i.status, output = decode(i.output, 'hex'), error "
