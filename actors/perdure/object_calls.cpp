@@ -113,6 +113,25 @@ void store_for_runtimes(detail::runtime_impl& rt,
   }
 }
 
+/// Records in `run` what the writer said of its place in its key's inbox.
+void note_stored(persistence::run_record& run,
+                 const persistence::write_result& r) {
+  if (r.enqueued) // older calls of the key wait: it follows them
+    run.status = run_status::enqueued;
+  run.inbox_seq = r.inbox_seq;
+}
+
+/// The error of a call the writer could not store. It may have committed
+/// all the same (the key's next claim takes it then).
+error not_stored(const std::string& id, errc reported) {
+  auto full = reported == errc::store_full;
+  return error(full ? errc::store_full : errc::store_unavailable,
+               "could not store call '" + id + "': the database is "
+                 + (full ? "full" : "unavailable")
+                 + "; it may have been stored all the same: call again with "
+                   "an idempotency key");
+}
+
 /// A runtime: stores the call through the group-commit writer, like starts
 /// (calls from many threads share a commit), then delivers it to its key.
 /// Durable first, then delivered.
@@ -131,19 +150,12 @@ void store_and_deliver(detail::runtime_impl& rt,
     auto result = ack.get();
     switch (result.ack) {
       case persistence::write_ack::committed:
-        if (result.enqueued) // older calls of the key wait: it follows them
-          run.status = run_status::enqueued;
-        run.inbox_seq = result.inbox_seq;
+        note_stored(run, result);
         rt.svc.objects->deliver(to, run);
         return;
       case persistence::write_ack::failed:
       case persistence::write_ack::superseded:
-        // It may have committed all the same: the key's next claim takes it.
-        throw error(result.error == errc::store_full ? errc::store_full
-                                                     : errc::store_unavailable,
-                    "could not store call '" + run.id + "': the database is "
-                      + (result.error == errc::store_full ? "full"
-                                                          : "unavailable"));
+        throw not_stored(run.id, result.error);
       case persistence::write_ack::rejected:
         break;
     }
@@ -160,7 +172,6 @@ void store_and_deliver(detail::runtime_impl& rt,
       || existing->status == run_status::pending)
     rt.svc.objects->reach(run.object_type, run.object_key, true);
 }
-
 
 /// Returns the invocation record of a call, not yet stored.
 persistence::run_record new_call(detail::runtime_impl& rt,
@@ -200,12 +211,9 @@ void store_and_deliver_async(detail::runtime_impl& rt,
      token](persistence::write_result r) mutable {
       // The writer's callbacks run before it stops, which is before the
       // runtime is torn down: `rt` is alive here.
-      auto& ends = *rt->svc.ends;
       switch (r.ack) {
         case persistence::write_ack::committed:
-          if (r.enqueued) // older calls of the key wait: it follows them
-            run.status = run_status::enqueued;
-          run.inbox_seq = r.inbox_seq;
+          note_stored(run, r);
           if (rt->svc.objects->hand(to, run))
             return;
           rt->svc.control->post([rt, run = std::move(run), token] {
@@ -214,20 +222,12 @@ void store_and_deliver_async(detail::runtime_impl& rt,
           });
           return;
         case persistence::write_ack::failed:
-        case persistence::write_ack::superseded: {
-          auto code = r.error == errc::store_full ? errc::store_full
-                                                  : errc::store_unavailable;
-          auto why = error(code, "could not store call '" + run.id
-                                   + "': the database is "
-                                   + (code == errc::store_full ? "full"
-                                                               : "unavailable")
-                                   + "; it may have been stored all the same: "
-                                     "call again with an idempotency key");
-          ends.finish(run.id, token,
-                      detail::call_end{run.id, {},
-                                       std::make_exception_ptr(why)});
+        case persistence::write_ack::superseded:
+          rt->svc.ends->finish(
+            run.id, token,
+            detail::call_end{run.id, {}, std::make_exception_ptr(
+                                           not_stored(run.id, r.error))});
           return;
-        }
         case persistence::write_ack::rejected:
           // The idempotency key was used: the blocking way reads the first
           // call (it may take a store read or two), on a control thread.

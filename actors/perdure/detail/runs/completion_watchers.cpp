@@ -155,10 +155,12 @@ void completion_watchers::stop_callbacks() {
     end_callbacks::stop_from_own_thread(std::move(callbacks));
   callbacks.reset(); // before the stores it reads
   // Their ends were not seen here: their callers hear so, not nothing.
-  for (auto& [id, all] : unended)
-    for (auto& r : all)
+  for (auto& entry : unended) { // not a structured binding: clang 14
+    const std::string& id = entry.first; // cannot capture one in a lambda
+    for (auto& r : entry.second)
       end_callbacks::call_guarded(
         svc_, [&] { r.done(call_end{id, {}, stopped_before_end(id)}); });
+  }
 }
 
 void completion_watchers::tell(const std::string& id,

@@ -56,8 +56,8 @@ public:
   /// Returns whether the caller is the callback thread.
   bool on_callback_thread();
 
-  /// Ends registration `token` of run `id` with `end` now (on the callback
-  /// thread), unless `tell` ended it first.
+  /// Ends registration `token` of run `id` with `end` now (in place, or on
+  /// the callback thread), unless `tell` ended it first.
   void finish(const std::string& id, std::uint64_t token, call_end end);
 
   /// Registration `token` of run `id` waits for the store's word instead:

@@ -47,16 +47,46 @@ void end_callbacks::post(std::function<void()> f) {
   cv_.notify_all();
 }
 
-void end_callbacks::call_guarded(runtime_services& rt,
-                                 const std::function<void()>& f) {
+namespace {
+
+/// Runs `f`; returns what it threw, if anything (empty: nothing).
+std::string call_catching(const std::function<void()>& f) {
   try {
     f();
   } catch (const std::exception& ex) {
-    rt.log().error("perdure: a callback threw: {}", ex.what());
+    return ex.what();
   } catch (...) {
-    rt.log().error("perdure: a callback threw an exception not derived "
-                   "from std::exception");
+    return "an exception not derived from std::exception";
   }
+  return {};
+}
+
+void log_throw(runtime_services& rt, const std::string& threw) {
+  if (!threw.empty())
+    rt.log().error("perdure: a when_done or call_async callback threw: {}",
+                   threw);
+}
+
+} // namespace
+
+void end_callbacks::call_guarded(runtime_services& rt,
+                                 const std::function<void()>& f) {
+  log_throw(rt, call_catching(f));
+}
+
+bool end_callbacks::run_unlocked(std::vector<std::function<void()>>& fs,
+                                 std::unique_lock<std::mutex>& guard) {
+  guard.unlock();
+  for (auto& f : fs) {
+    auto threw = call_catching(f);
+    guard.lock();
+    if (delete_itself_)
+      return false; // f stopped the runtime (which may be gone): not logged
+    guard.unlock();
+    log_throw(rt_, threw);
+  }
+  guard.lock();
+  return true;
 }
 
 void end_callbacks::add(const std::string& id, std::function<void()> done,
@@ -137,15 +167,8 @@ void end_callbacks::run() {
     if (!ready_.empty()) { // ends known in memory: no read
       auto ready = std::move(ready_);
       ready_.clear();
-      guard.unlock();
-      for (std::size_t k = 0; k < ready.size(); ++k) {
-        call_guarded(rt_, ready[k]);
-        guard.lock();
-        if (delete_itself_)
-          return; // f stopped the runtime (which may be gone): nothing more
-        guard.unlock();
-      }
-      guard.lock();
+      if (!run_unlocked(ready, guard))
+        return;
       if (ended_.empty() && std::chrono::steady_clock::now() < next_poll)
         continue;
     }
@@ -172,24 +195,8 @@ void end_callbacks::run() {
         due.push_back(std::move(w.done));
       pending_.erase(i);
     }
-    guard.unlock();
-    for (auto& f : due) {
-      std::string threw;
-      try {
-        f();
-      } catch (const std::exception& ex) {
-        threw = ex.what();
-      } catch (...) {
-        threw = "an exception not derived from std::exception";
-      }
-      guard.lock();
-      if (delete_itself_)
-        return; // f stopped the runtime (which may be gone): nothing more
-      guard.unlock();
-      if (!threw.empty())
-        rt_.log().error("perdure: a when_done callback threw: {}", threw);
-    }
-    guard.lock();
+    if (!run_unlocked(due, guard))
+      return;
   }
 }
 

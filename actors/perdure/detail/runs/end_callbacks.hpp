@@ -63,6 +63,11 @@ public:
 private:
   void loop();
   void run();
+  /// Runs `fs` in order with `guard` released, logging what they throw;
+  /// returns false (`guard` held) if one stopped the runtime from this
+  /// thread: nothing of it may be touched then, not even its log.
+  bool run_unlocked(std::vector<std::function<void()>>& fs,
+                    std::unique_lock<std::mutex>& guard);
   /// Returns the ids of `ids` whose runs ended, by the store.
   std::vector<std::string> read_ended(const std::vector<std::string>& ids);
 
