@@ -7,8 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -26,6 +29,15 @@ using namespace perdure;
 using namespace std::chrono_literals;
 
 namespace {
+
+struct tally {
+  std::int64_t total = 0;
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(CEREAL_NVP(total));
+  }
+};
 
 constexpr int runs = 60;
 constexpr int steps = 12;
@@ -349,6 +361,107 @@ TEST_F(outage_test, queue_items_lose_nothing_to_a_server_down_past_the_budget) {
   for (auto& [key, count] : executions_)
     EXPECT_LE(count, 2) << key.first << " step " << key.second;
   EXPECT_EQ(executions_.size(), static_cast<size_t>(items * (steps - 1)));
+  rt->stop();
+}
+
+// Object calls in flight through an outage past the retry budget: every
+// call_async caller hears exactly one end (its reply, or store_unavailable
+// saying to call again with its idempotency key), none waits forever, and
+// calling the failed ones again with their keys applies each exactly once.
+TEST_F(outage_test, object_calls_each_hear_one_end_through_a_server_down_past_the_budget) {
+  constexpr int keys = 8;
+  auto rt = make_runtime();
+  rt->register_object<tally>("tally").handler(
+    "add", [](object_context<tally>& ctx, std::int64_t n) -> task<std::int64_t> {
+      ctx.state().total += n;
+      co_return ctx.state().total;
+    });
+  rt->start();
+  std::mutex mtx;
+  std::condition_variable arrived;
+  std::map<int, std::vector<call_result<std::int64_t>>> ends; // by call
+  std::map<int, std::string> thrown;                          // at once
+  auto key_of = [](int n) { return "k" + std::to_string(n % keys); };
+  auto ikey_of = [](int n) { return "c" + std::to_string(n); };
+  std::atomic<bool> done_calling{false};
+  std::atomic<int> made{0};
+  std::thread caller{[&] {
+    for (int n = 0; !done_calling; ++n) {
+      try {
+        rt->call_async<std::int64_t>(
+          "tally", key_of(n), "add", std::int64_t{1},
+          [&, n](call_result<std::int64_t> r) {
+            std::lock_guard guard{mtx};
+            ends[n].push_back(std::move(r));
+            arrived.notify_all();
+          },
+          {.idempotency_key = ikey_of(n)});
+      } catch (const error& ex) {
+        std::lock_guard guard{mtx};
+        thrown[n] = ex.what();
+        arrived.notify_all();
+      }
+      made = n + 1;
+      std::this_thread::sleep_for(2ms);
+    }
+  }};
+  std::this_thread::sleep_for(300ms); // calls under way
+  pg_->stop("fast");
+  std::this_thread::sleep_for(3500ms); // 3.5 x the budget
+  pg_->start();
+  std::this_thread::sleep_for(500ms);
+  done_calling = true;
+  caller.join();
+  const int calls = made;
+  {
+    std::unique_lock guard{mtx};
+    ASSERT_TRUE(arrived.wait_for(guard, 60s, [&] {
+      return static_cast<int>(ends.size() + thrown.size()) >= calls;
+    })) << ends.size() + thrown.size() << " of " << calls
+        << " calls heard an end";
+  }
+  std::this_thread::sleep_for(300ms); // a second end would come by now
+  std::lock_guard guard{mtx};
+  int failed = 0;
+  std::map<std::string, std::vector<std::int64_t>> replies; // by object key
+  for (int n = 0; n < calls; ++n) {
+    if (auto t = thrown.find(n); t != thrown.end()) {
+      ADD_FAILURE() << "call " << n << " threw at once: " << t->second;
+      continue;
+    }
+    auto& got = ends[n];
+    ASSERT_EQ(got.size(), 1u) << "call " << n << " heard " << got.size()
+                              << " ends";
+    if (got[0].ok()) {
+      replies[key_of(n)].push_back(got[0].get());
+      continue;
+    }
+    ++failed;
+    try {
+      got[0].get();
+    } catch (const error& ex) {
+      EXPECT_EQ(ex.code(), errc::store_unavailable) << ex.what();
+      EXPECT_NE(std::string{ex.what()}.find("idempotency key"),
+                std::string::npos)
+        << "the message says what to do: " << ex.what();
+    }
+    // As the message says: again, with the key (the first may have run).
+    replies[key_of(n)].push_back(rt->call<std::int64_t>(
+      "tally", key_of(n), "add", std::int64_t{1},
+      {.idempotency_key = ikey_of(n)}));
+  }
+  EXPECT_GT(failed, 0) << "the outage failed no call: the test is void";
+  std::cout << "[ measured ] " << calls << " calls, " << failed
+            << " told to call again\n";
+  // Each call applied exactly once: a key's replies are 1..n, its state n.
+  for (auto& [key, got] : replies) {
+    std::sort(got.begin(), got.end());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], static_cast<std::int64_t>(i + 1)) << key;
+    EXPECT_EQ(rt->object_state<tally>("tally", key)->total,
+              static_cast<std::int64_t>(got.size()))
+      << key;
+  }
   rt->stop();
 }
 
