@@ -7,7 +7,11 @@
 // holder of one key at once is recorded in `overlaps`.
 //
 //   perdure-object-worker <url> <schema> <executor> <calls> <keys> <threads>
-//                         [poison]
+//                         [poison|async]
+//
+// With "async" it makes every call at once with `call_async` (all in
+// flight) and prints each reply from its callback ("E <n> <what>" for an
+// end that is not a reply).
 //
 // With "poison" it sends one call whose handler kills its process (SIGKILL)
 // and waits for its end: started again and again, the call must end
@@ -16,6 +20,7 @@
 #include <atomic>
 #include <csignal>
 #include <chrono>
+#include <condition_variable>
 #include <iostream>
 #include <mutex>
 #include <string>
@@ -74,7 +79,8 @@ int main(int argc, char** argv) {
   int calls = std::stoi(argv[4]);
   int keys = std::stoi(argv[5]);
   int threads = std::stoi(argv[6]);
-  bool poison = argc == 8 && std::string{argv[7]} == "poison";
+  std::string mode = argc == 8 ? argv[7] : "";
+  bool poison = mode == "poison";
   auto cfg = db.runtime_config(executor);
   cfg.lease_timeout = 2s;
   cfg.max_recovery_attempts = 2;
@@ -110,13 +116,36 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::mutex out;
+  auto key_of = [&](int n) { return "acct-" + std::to_string(n % keys); };
+  if (mode == "async") {
+    std::condition_variable all_in;
+    int ended = 0;
+    for (int n = 0; n < calls; ++n)
+      rt.call_async<std::int64_t>(
+        "account", key_of(n), "deposit", std::int64_t{1},
+        [&, n](call_result<std::int64_t> r) {
+          std::lock_guard guard{out};
+          try {
+            std::cout << "R " << n << " " << r.get() << std::endl;
+          } catch (const std::exception& ex) {
+            std::cout << "E " << n << " " << ex.what() << std::endl;
+          }
+          ++ended;
+          all_in.notify_all();
+        },
+        {.idempotency_key = "c" + std::to_string(n)});
+    std::unique_lock guard{out};
+    all_in.wait(guard, [&] { return ended == calls; });
+    std::cout << "DONE" << std::endl;
+    return 0;
+  }
   std::atomic<int> next{0};
   std::vector<std::thread> callers;
   for (int t = 0; t < threads; ++t)
     callers.emplace_back([&] {
       for (int n; (n = next.fetch_add(1)) < calls;) {
         auto reply = rt.call<std::int64_t>(
-          "account", "acct-" + std::to_string(n % keys), "deposit",
+          "account", key_of(n), "deposit",
           std::int64_t{1}, {.idempotency_key = "c" + std::to_string(n)});
         std::lock_guard guard{out};
         std::cout << "R " << n << " " << reply << std::endl;
