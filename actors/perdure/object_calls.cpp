@@ -214,6 +214,7 @@ void store_and_deliver_async(detail::runtime_impl& rt,
       switch (r.ack) {
         case persistence::write_ack::committed:
           note_stored(run, r);
+          rt->svc.ends->confirm(run.id, token); // the run is this call
           if (rt->svc.objects->hand(to, run))
             return;
           rt->svc.control->post([rt, run = std::move(run), token] {
@@ -265,13 +266,17 @@ std::string client::invoke(std::string_view type, std::string_view key,
 
 namespace {
 
-/// `call_async`'s way (`in_place`: `done` only wakes a waiting thread).
+/// `call_async`'s way (`in_place`: `done` only wakes a waiting thread;
+/// `keyed`: made with an idempotency key, which may have been used).
 std::string start_call(detail::runtime_impl& rt, persistence::run_record run,
                        std::function<void(detail::call_end)> done,
-                       bool in_place) {
+                       bool in_place, bool keyed) {
   auto id = run.id;
-  // Before the write: its end may come before `create` returns.
-  auto token = rt.svc.ends->on_outcome(id, std::move(done), in_place);
+  // Before the write: its end may come before `create` returns. With a
+  // key, an end told before the write is known to be this call's waits
+  // (an earlier call under the key may end first, with other input).
+  auto token =
+    rt.svc.ends->on_outcome(id, std::move(done), in_place, !keyed);
   if (rt.client_mode) {
     // No writer or actors here: stored now, its end read from the store.
     try {
@@ -298,7 +303,8 @@ std::string client::invoke_async(std::string_view type, std::string_view key,
   check_call(rt, type, key, handler, inputs);
   auto run = new_call(rt, type, key, handler, std::move(inputs), opts);
   detail::runtime_impl::client_call call{rt};
-  return start_call(rt, std::move(run), std::move(done), false);
+  return start_call(rt, std::move(run), std::move(done), false,
+                    !opts.idempotency_key.empty());
 }
 
 detail::call_end client::invoke_and_wait(std::string_view type,
@@ -330,7 +336,7 @@ detail::call_end client::invoke_and_wait(std::string_view type,
     // end commits here, no hand-off in between.
     start_call(rt, std::move(run),
                [&ended](detail::call_end e) { ended.set_value(std::move(e)); },
-               true);
+               true, !opts.idempotency_key.empty());
   }
   return end.get();
 }

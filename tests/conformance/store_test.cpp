@@ -2,11 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "perdure/error.hpp"
@@ -111,6 +110,22 @@ TEST_F(store_test, a_batch_creates_new_ids_and_reports_taken_ones) {
   EXPECT_EQ(create({odd}), std::vector<bool>{true});
   EXPECT_TRUE(store_->get_run(odd.id).has_value());
   EXPECT_TRUE(create({}).empty());
+}
+
+TEST_F(store_test, runs_read_together_are_those_that_exist) {
+  auto odd = make_run("x'}\", \"{y");
+  store_->create_run(make_run("a"));
+  store_->create_run(odd);
+  auto got = store_->get_runs({"a", "missing", odd.id, "a"});
+  std::vector<std::string> ids;
+  for (auto& r : got)
+    ids.push_back(r.id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", odd.id}));
+  for (auto& r : got)
+    EXPECT_EQ(r.status, run_status::pending) << r.id;
+  EXPECT_TRUE(store_->get_runs({}).empty());
 }
 
 TEST_F(store_test, journals_load_in_run_and_seq_order) {

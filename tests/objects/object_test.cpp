@@ -730,6 +730,91 @@ TEST_F(object_test, call_async_callers_hear_not_running_when_stopped_first) {
                error);
 }
 
+// Repeats under an idempotency key while its first call is still in
+// flight: the same input hears the first call's reply, another input
+// conflicting_id, whichever of the first call's end and the repeat's
+// refusal comes first.
+TEST_F(object_test, call_async_repeats_in_flight_hear_the_first_end_or_conflict) {
+  auto rt = make();
+  std::atomic<bool> release{false};
+  rt->register_object<counter>("slow").handler(
+    "add",
+    [&](object_context<counter>& ctx, std::int64_t n) -> task<std::int64_t> {
+      co_await ctx.step("wait", [&] {
+        while (!release)
+          std::this_thread::sleep_for(1ms);
+        return 0;
+      });
+      ctx.state().total += n;
+      co_return ctx.state().total;
+    });
+  rt->start();
+  async_ends ends;
+  for (int round = 0; round < 20; ++round) {
+    release = false;
+    auto key = "k" + std::to_string(round);
+    call_options once{"order-" + std::to_string(round), {}};
+    rt->call_async<std::int64_t>("slow", key, "add", std::int64_t{3},
+                                 ends.into("first" + key), once);
+    std::this_thread::sleep_for(10ms); // in its handler
+    // The first call ends at a different moment of the repeats' writes
+    // and checks each round.
+    release = true;
+    std::this_thread::sleep_for(std::chrono::microseconds{round * 100});
+    rt->call_async<std::int64_t>("slow", key, "add", std::int64_t{4},
+                                 ends.into("other" + key), once);
+    rt->call_async<std::int64_t>("slow", key, "add", std::int64_t{3},
+                                 ends.into("same" + key), once);
+    for (const auto* tag : {"first", "same"}) {
+      auto got = ends.wait(tag + key, 1);
+      ASSERT_EQ(got.size(), 1u) << tag << key;
+      EXPECT_EQ(got[0].get(), 3) << tag << key;
+    }
+    auto other = ends.wait("other" + key, 1);
+    ASSERT_EQ(other.size(), 1u) << key;
+    EXPECT_EQ(async_ends::code_of(other[0]), errc::conflicting_id)
+      << key << ": another input under a used key got a reply";
+    EXPECT_EQ(rt->object_state<counter>("slow", key)->total, 3) << key;
+  }
+}
+
+// A callback that stops the runtime while other ends are known or due:
+// every other caller still hears its end, once (a reply, or not_running).
+TEST_F(object_test, a_call_async_callback_that_stops_the_runtime_leaves_no_caller_waiting) {
+  auto rt = make();
+  rt->start();
+  constexpr int calls = 300;
+  std::mutex mtx;
+  std::condition_variable arrived;
+  std::map<std::string, int> heard;
+  int ended = 0;
+  std::vector<std::string> ids;
+  for (int n = 0; n < calls; ++n)
+    ids.push_back(rt->call_async<std::int64_t>(
+      "counter", "s" + std::to_string(n % 8), "add", std::int64_t{1},
+      [&](call_result<std::int64_t> r) {
+        bool stop = false;
+        {
+          std::lock_guard guard{mtx};
+          ++heard[r.id()];
+          stop = ++ended == calls / 3;
+        }
+        if (stop)
+          rt->stop(); // from the callbacks' own thread
+        std::lock_guard guard{mtx};
+        arrived.notify_all();
+      }));
+  std::unique_lock guard{mtx};
+  ASSERT_TRUE(arrived.wait_for(guard, 30s, [&] { return ended >= calls; }))
+    << ended << " of " << calls << " callers heard an end";
+  guard.unlock();
+  std::this_thread::sleep_for(200ms); // a second end would come by now
+  guard.lock();
+  EXPECT_EQ(ended, calls);
+  for (auto& id : ids)
+    EXPECT_EQ(heard[id], 1) << id;
+}
+
 TEST_F(object_test, cycles_through_child_workflows_fail_and_sends_hold_nothing) {
   auto rt = make();
   rt->start();

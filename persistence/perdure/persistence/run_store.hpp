@@ -33,6 +33,11 @@ public:
   /// Returns the run with id `id`, if any.
   virtual std::optional<run_record> get_run(std::string_view id) = 0;
 
+  /// Returns those of runs `ids` that exist, in no particular order (one
+  /// statement on PostgreSQL).
+  virtual std::vector<run_record>
+  get_runs(const std::vector<std::string>& ids) = 0;
+
   /// Takes PENDING run `id` of `executor` into memory: its wake-up time is
   /// cleared, the recovery counter + 1 if `count_attempt`, and with
   /// `new_epoch` the epoch + 1 as `claim_pending_runs` does (any other copy

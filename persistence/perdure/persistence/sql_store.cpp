@@ -310,6 +310,33 @@ std::optional<run_record> sql_store::get_run(std::string_view id) {
   return run;
 }
 
+std::vector<run_record>
+sql_store::get_runs(const std::vector<std::string>& ids) {
+  // One statement for all on PostgreSQL (an array); SQLite has none, and
+  // a statement per run costs it no round trip.
+  static const sql_query all{"get_runs", "SELECT " + detail::run_columns
+                                           + " FROM {s}runs WHERE id = "
+                                             "ANY($1::text[])"};
+  static const sql_query one{"get_run", "SELECT " + detail::run_columns
+                                          + " FROM {s}runs WHERE id = $1"};
+  std::vector<run_record> result;
+  read([&](sql_tx& tx) {
+    result.clear();
+    auto add = [&](const sql_row& r) { result.push_back(detail::read_run(r)); };
+    if (tx.dialect() == detail::sql_dialect::postgresql) {
+      detail::pg_array list;
+      for (auto& id : ids)
+        list.add(id);
+      auto literal = list.str();
+      tx.run(all, {std::string_view{literal}}, add);
+    } else {
+      for (auto& id : ids)
+        tx.run(one, {std::string_view{id}}, add);
+    }
+  });
+  return result;
+}
+
 std::optional<resolution> sql_store::get_resolution(std::string_view id) {
   static const sql_query q{
     "get_resolution", "SELECT id, run_id, seq, outcome, payload, error, "

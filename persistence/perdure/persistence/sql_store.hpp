@@ -20,6 +20,8 @@ class sql_store : public store {
 public:
   int schema_version() override;
   std::optional<run_record> get_run(std::string_view id) override;
+  std::vector<run_record>
+  get_runs(const std::vector<std::string>& ids) override;
   std::optional<resolution> get_resolution(std::string_view id) override;
   std::vector<std::string> awake_runs(std::string_view executor) override;
   std::int64_t count_awake_pending(std::string_view executor,

@@ -1,6 +1,5 @@
 #include "perdure/detail/runs/completion_watchers.hpp"
 
-#include "perdure/detail/execution/store_pool.hpp"
 #include "perdure/detail/runs/collected.hpp"
 #include "perdure/detail/runs/end_callbacks.hpp"
 #include "perdure/detail/runs/run_registry.hpp"
@@ -11,19 +10,16 @@ namespace perdure::detail {
 
 namespace {
 
-/// Returns run `id`'s end as stored (it ended, or is gone).
-call_end stored_end(runtime_services& svc, const std::string& id) {
+/// Returns run `id`'s end from `run` as the store has it (ended, or gone).
+call_end end_of(const std::string& id, const ended_run& run) {
   call_end end;
   end.id = id;
   try {
-    auto run = svc.stores->with(
-      [&](persistence::store& db) { return db.get_run(id); });
     if (!run)
       throw perdure::error(errc::not_found,
                            "call '" + id + "' is gone from the store");
     throw_if_collected(*run);
-    end.outcome = {run->status, std::move(run->output),
-                   std::move(run->error)};
+    end.outcome = {run->status, run->output, run->error};
   } catch (...) {
     end.failure = std::current_exception();
   }
@@ -56,17 +52,37 @@ end_callbacks& completion_watchers::callbacks() {
 void completion_watchers::on_end(const std::string& id,
                                  std::function<void()> done) {
   std::lock_guard guard{callbacks_mtx_};
-  callbacks().add(id, std::move(done));
+  callbacks().add(id, [done = std::move(done)](const ended_run&) { done(); });
 }
 
 std::uint64_t completion_watchers::on_outcome(const std::string& id,
                                               outcome_callback done,
-                                              bool in_place) {
+                                              bool in_place, bool confirmed) {
   std::lock_guard guard{callbacks_mtx_};
   (void)callbacks(); // started (or not_running) now, not at the end
   auto token = ++next_token_;
-  outcomes_[id].push_back({token, std::move(done), in_place});
+  outcomes_[id].push_back({token, std::move(done), in_place, confirmed, {}});
   return token;
+}
+
+void completion_watchers::confirm(const std::string& id, std::uint64_t token) {
+  registration r;
+  {
+    std::lock_guard guard{callbacks_mtx_};
+    auto i = outcomes_.find(id);
+    if (i == outcomes_.end())
+      return;
+    for (auto& each : i->second)
+      if (each.token == token && !each.parked) {
+        each.confirmed = true;
+        return;
+      }
+    r = take(id, token); // told while unconfirmed: it runs now
+  }
+  if (r.done && r.parked) {
+    auto end = std::move(*r.parked);
+    run_now(std::move(r), std::move(end));
+  }
 }
 
 bool completion_watchers::on_callback_thread() {
@@ -123,12 +139,15 @@ void completion_watchers::read_later(const std::string& id,
   {
     std::lock_guard guard{callbacks_mtx_};
     r = take(id, token);
-    if (r.done && callbacks_) {
+    if (r.done && !r.parked && callbacks_) {
       read_when_ended(id, std::move(r.done));
       return;
     }
   }
-  if (r.done) // stopping: unreachable while registered, but never silent
+  if (r.done && r.parked) { // told while unconfirmed: the end is known
+    auto end = std::move(*r.parked);
+    run_now(std::move(r), std::move(end));
+  } else if (r.done) // stopping: unreachable while registered, never silent
     run_now(std::move(r), call_end{id, {}, stopped_before_end(id)});
 }
 
@@ -137,7 +156,7 @@ void completion_watchers::read_when_ended(const std::string& id,
   // Shared: whichever of the two runs, the other is dropped unrun.
   auto shared = std::make_shared<outcome_callback>(std::move(done));
   callbacks_->add(
-    id, [this, id, shared] { (*shared)(stored_end(svc_, id)); },
+    id, [id, shared](const ended_run& run) { (*shared)(end_of(id, run)); },
     [id, shared] { (*shared)(call_end{id, {}, stopped_before_end(id)}); });
 }
 
@@ -171,12 +190,23 @@ void completion_watchers::tell(const std::string& id,
     if (auto i = outcomes_.find(id); i != outcomes_.end()) {
       auto all = std::move(i->second);
       outcomes_.erase(i);
+      std::vector<registration> unconfirmed;
       for (auto& r : all) {
-        if (!outcome && callbacks_) // stopped here without an end: read it
+        if (!r.confirmed) {
+          // Perhaps a refused repeat of another call under its key: it
+          // hears this end only once its own write is known to be this
+          // call (`confirm`, `read_later`), else its error (`finish`).
+          if (outcome && !r.parked)
+            r.parked = call_end{id, *outcome, nullptr};
+          unconfirmed.push_back(std::move(r));
+        } else if (!outcome && callbacks_) { // stopped without an end
           read_when_ended(id, std::move(r.done));
-        else
+        } else {
           told.push_back(std::move(r));
+        }
       }
+      if (!unconfirmed.empty())
+        outcomes_[id] = std::move(unconfirmed);
     }
     if (callbacks_)
       callbacks_->ended(id); // it reads the store: any stop may be an end

@@ -48,10 +48,17 @@ public:
   /// before the run can end here (before its creation is written).
   /// `in_place`: `done` only wakes a thread (it must not block or call
   /// back in): it runs on the thread that tells, else on the callback
-  /// thread. Returns the registration's token; throws `not_running` once
-  /// stopped.
+  /// thread. `confirmed` false: the caller's write may be refused (an
+  /// idempotency key used before, perhaps for another call): an end told
+  /// meanwhile waits in the registration for `confirm` or `read_later`,
+  /// and `finish` (the refusal's error) drops it. Returns the
+  /// registration's token; throws `not_running` once stopped.
   std::uint64_t on_outcome(const std::string& id, outcome_callback done,
-                           bool in_place = false);
+                           bool in_place = false, bool confirmed = true);
+
+  /// Registration `token` of run `id` is the run's own caller (its
+  /// creation committed): an end told before runs it now.
+  void confirm(const std::string& id, std::uint64_t token);
 
   /// Returns whether the caller is the callback thread.
   bool on_callback_thread();
@@ -61,7 +68,8 @@ public:
   void finish(const std::string& id, std::uint64_t token, call_end end);
 
   /// Registration `token` of run `id` waits for the store's word instead:
-  /// the run is not (or no longer) running here.
+  /// the run is not (or no longer) running here. Confirms it too: an end
+  /// told while it was not confirmed runs it now.
   void read_later(const std::string& id, std::uint64_t token);
 
   /// Tells the waiters for `id` that its actor stopped, and how it ended
@@ -99,6 +107,9 @@ private:
     std::uint64_t token = 0;
     outcome_callback done;
     bool in_place = false;
+    bool confirmed = true;
+    /// An end told before it was confirmed (see `on_outcome`).
+    std::optional<call_end> parked;
   };
 
   /// Returns registration `token` of `id`, removed (no `done` if gone).

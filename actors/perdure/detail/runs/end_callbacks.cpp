@@ -1,5 +1,7 @@
 #include "perdure/detail/runs/end_callbacks.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "perdure/detail/delivery/notice_router.hpp"
@@ -76,20 +78,27 @@ void end_callbacks::call_guarded(runtime_services& rt,
 
 bool end_callbacks::run_unlocked(std::vector<std::function<void()>>& fs,
                                  std::unique_lock<std::mutex>& guard) {
-  guard.unlock();
-  for (auto& f : fs) {
+  // A member while it runs: a callback that stops the runtime runs the
+  // rest of it (stop_from_own_thread), not nobody.
+  batch_ = std::move(fs);
+  batch_next_ = 0;
+  while (batch_next_ < batch_.size()) {
+    auto f = std::move(batch_[batch_next_++]);
+    guard.unlock();
     auto threw = call_catching(f);
     guard.lock();
     if (delete_itself_)
       return false; // f stopped the runtime (which may be gone): not logged
     guard.unlock();
     log_throw(rt_, threw);
+    guard.lock();
   }
-  guard.lock();
+  batch_.clear();
   return true;
 }
 
-void end_callbacks::add(const std::string& id, std::function<void()> done,
+void end_callbacks::add(const std::string& id,
+                        std::function<void(const ended_run&)> done,
                         std::function<void()> dropped) {
   {
     std::lock_guard guard{mtx_};
@@ -109,18 +118,34 @@ void end_callbacks::ended(const std::string& id) {
   cv_.notify_all();
 }
 
-std::vector<std::string>
+std::unordered_map<std::string, std::shared_ptr<const ended_run>>
 end_callbacks::read_ended(const std::vector<std::string>& ids) {
-  std::vector<std::string> out;
-  for (auto& id : ids) {
+  // Many callers may wait on runs held elsewhere (every poll reads them
+  // all): a statement per chunk, not a round trip per run.
+  constexpr std::size_t chunk = 500;
+  std::unordered_map<std::string, std::shared_ptr<const ended_run>> out;
+  for (std::size_t at = 0; at < ids.size(); at += chunk) {
+    std::vector<std::string> some(
+      ids.begin() + static_cast<std::ptrdiff_t>(at),
+      ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), at + chunk)));
     try {
-      auto run = rt_.stores->with(
-        [&](persistence::store& db) { return db.get_run(id); });
-      if (!run || is_terminal(run->status))
-        out.push_back(id); // ended (or gone: the callback's get() says so)
+      auto runs = rt_.stores->with(
+        [&](persistence::store& db) { return db.get_runs(some); });
+      std::unordered_set<std::string> found;
+      for (auto& run : runs) {
+        found.insert(run.id);
+        if (is_terminal(run.status)) {
+          auto id = run.id;
+          out[id] = std::make_shared<const ended_run>(std::move(run));
+        }
+      }
+      for (auto& id : some) // gone: the callback's get() says so
+        if (found.count(id) == 0)
+          out[id] = std::make_shared<const ended_run>();
     } catch (const std::exception& ex) {
-      rt_.log().warn("perdure: could not read run {} for its callback: {}",
-                     id, ex.what());
+      rt_.log().warn("perdure: could not read {} runs for their callbacks "
+                     "(trying again at the next poll): {}",
+                     some.size(), ex.what());
     }
   }
   return out;
@@ -128,16 +153,28 @@ end_callbacks::read_ended(const std::vector<std::string>& ids) {
 
 void end_callbacks::stop_from_own_thread(std::unique_ptr<end_callbacks> self) {
   decltype(pending_) waiting;
+  std::vector<std::function<void()>> rest;
   {
     std::lock_guard guard{self->mtx_};
     self->stopping_ = true;
     self->delete_itself_ = true;
     waiting.swap(self->pending_);
+    // The ends after the stopping callback's in its batch, and the ends
+    // posted since: known, so their callers hear them.
+    for (auto i = self->batch_next_; i < self->batch_.size(); ++i)
+      rest.push_back(std::move(self->batch_[i]));
+    self->batch_next_ = self->batch_.size();
+    for (auto& f : self->ready_)
+      rest.push_back(std::move(f));
+    self->ready_.clear();
     self->thread_.detach();
   }
   auto& rt = self->rt_;
   (void)self.release(); // the thread's now
-  // Still within stop(): the runtime is alive for these.
+  // Still within stop(), nested in the stopping callback: the runtime is
+  // alive for these.
+  for (auto& f : rest)
+    call_guarded(rt, f);
   for (auto& [id, all] : waiting)
     for (auto& w : all)
       if (w.dropped)
@@ -187,12 +224,13 @@ void end_callbacks::run() {
     auto done = read_ended(check);
     guard.lock();
     std::vector<std::function<void()>> due;
-    for (auto& id : done) {
-      auto i = pending_.find(id);
+    for (auto& entry : done) {
+      auto i = pending_.find(entry.first);
       if (i == pending_.end())
         continue;
       for (auto& w : i->second)
-        due.push_back(std::move(w.done));
+        due.push_back(
+          [f = std::move(w.done), run = entry.second] { f(*run); });
       pending_.erase(i);
     }
     if (!run_unlocked(due, guard))

@@ -9,15 +9,22 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "perdure/persistence/records.hpp"
+
 namespace perdure::detail {
 
 struct runtime_services;
+
+/// What a waiter gets once its run ended: the run as read (nothing: it is
+/// gone from the store).
+using ended_run = std::optional<persistence::run_record>;
 
 class end_callbacks {
 public:
@@ -26,15 +33,17 @@ public:
   /// Stops: `when_done` callbacks not run yet are dropped; ends `post`ed
   /// and not run yet run here, and waiting `add`s with a `dropped` get it
   /// (stopped from a callback: `stop_from_own_thread` runs those, and the
-  /// posted ends after that callback are dropped).
+  /// rest of the callback's batch, nested in it).
   ~end_callbacks();
 
   end_callbacks(const end_callbacks&) = delete;
   end_callbacks& operator=(const end_callbacks&) = delete;
 
-  /// Calls `done` on this service's thread once run `id` ended; if the
-  /// service stops first, `dropped` (if any) on the stopping thread.
-  void add(const std::string& id, std::function<void()> done,
+  /// Calls `done` on this service's thread once run `id` ended, with the
+  /// run as read; if the service stops first, `dropped` (if any) on the
+  /// stopping thread.
+  void add(const std::string& id,
+           std::function<void(const ended_run&)> done,
            std::function<void()> dropped = {});
 
   /// Run `id` may have ended here (its actor stopped): read it now.
@@ -68,19 +77,24 @@ private:
   /// thread: nothing of it may be touched then, not even its log.
   bool run_unlocked(std::vector<std::function<void()>>& fs,
                     std::unique_lock<std::mutex>& guard);
-  /// Returns the ids of `ids` whose runs ended, by the store.
-  std::vector<std::string> read_ended(const std::vector<std::string>& ids);
+  /// Returns those of runs `ids` that ended (or are gone), as the store
+  /// has them: a few statements for all, not one per run.
+  std::unordered_map<std::string, std::shared_ptr<const ended_run>>
+  read_ended(const std::vector<std::string>& ids);
 
   runtime_services& rt_;
   std::mutex mtx_;
   std::condition_variable cv_;
   struct waiting {
-    std::function<void()> done;
+    std::function<void(const ended_run&)> done;
     std::function<void()> dropped;
   };
   std::unordered_map<std::string, std::vector<waiting>> pending_;
   std::unordered_set<std::string> ended_;
   std::vector<std::function<void()>> ready_;
+  /// The callbacks being run, and the next to run (`run_unlocked`).
+  std::vector<std::function<void()>> batch_;
+  std::size_t batch_next_ = 0;
   bool stopping_ = false;
   /// Stopped from its own thread: the thread deletes the service.
   bool delete_itself_ = false;

@@ -285,9 +285,10 @@ void runtime_impl::shut_down() {
   if (queues_)
     queues_->join();
   // The writer's callbacks and the step jobs hold actor handles: they go
-  // before the actor system.
-  control_.reset();
+  // before the actor system. The writer before the control executor: the
+  // callbacks of the writes it still commits post to it (a no-op now).
   writer_.reset();
+  control_.reset();
   (void)objects_.drop_all(); // its actor handles go before the system
   // Every write is in: others may take the rest over. The heartbeat ran
   // until now (actors finishing may take longer than a lease).
