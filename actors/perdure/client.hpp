@@ -337,9 +337,12 @@ public:
       .get();
   }
 
-  /// `call` without waiting: stores the call and returns its id at once;
-  /// `done` runs once with its end (the result, or what `call` would have
-  /// thrown) on the thread shared by `when_done` callbacks: keep it short.
+  /// `call` without waiting: returns the call's id at once (in a runtime,
+  /// before it is stored: the writer stores it; in a client process it is
+  /// stored on this thread first); `done` runs once with its end (the
+  /// result, or what `call` would have thrown: a store error says to call
+  /// again with an idempotency key) on the thread shared by `when_done`
+  /// callbacks: keep it short.
   /// An end committed by this process reaches `done` from memory (no read);
   /// one elsewhere is read from the store. `done` gets `not_running` for a
   /// call whose end this process did not see before it stopped. Throws at
