@@ -201,20 +201,21 @@ persistence::run_record new_call(detail::runtime_impl& rt,
 /// memory. The rarer ways (no actor here, an idempotency key used before)
 /// go to a control thread, and the end is read from the store.
 void store_and_deliver_async(detail::runtime_impl& rt,
-                             persistence::run_record run,
-                             std::uint64_t token) {
+                             persistence::run_record run, std::uint64_t token,
+                             bool keyed) {
   auto to = rt.svc.objects->prepare(run);
   auto stored = run; // the writer takes one; the actor gets the other
   rt.svc.writer->create(
     std::move(stored),
-    [rt = &rt, to, run = std::move(run),
-     token](persistence::write_result r) mutable {
+    [rt = &rt, to, run = std::move(run), token,
+     keyed](persistence::write_result r) mutable {
       // The writer's callbacks run before it stops, which is before the
       // runtime is torn down: `rt` is alive here.
       switch (r.ack) {
         case persistence::write_ack::committed:
           note_stored(run, r);
-          rt->svc.ends->confirm(run.id, token); // the run is this call
+          if (keyed) // the run is this call
+            rt->svc.ends->confirm(run.id, token);
           if (rt->svc.objects->hand(to, run))
             return;
           rt->svc.control->post([rt, run = std::move(run), token] {
@@ -289,7 +290,7 @@ std::string start_call(detail::runtime_impl& rt, persistence::run_record run,
     rt.svc.ends->read_later(id, token);
     return id;
   }
-  store_and_deliver_async(rt, std::move(run), token);
+  store_and_deliver_async(rt, std::move(run), token, keyed);
   return id;
 }
 
