@@ -545,6 +545,21 @@ TEST_F(object_test, callbacks_wait_for_replies_without_holding_threads) {
     EXPECT_EQ(replies[n], n + 1);
 }
 
+/// Registers type "slow" on `rt`: its "add" adds once `release` is set.
+void add_slow(runtime& rt, std::atomic<bool>& release) {
+  rt.register_object<counter>("slow").handler(
+    "add",
+    [&](object_context<counter>& ctx, std::int64_t n) -> task<std::int64_t> {
+      co_await ctx.step("wait", [&] {
+        while (!release)
+          std::this_thread::sleep_for(1ms);
+        return 0;
+      });
+      ctx.state().total += n;
+      co_return ctx.state().total;
+    });
+}
+
 /// What `call_async` callbacks receive, collected for a test.
 struct async_ends {
   std::mutex mtx;
@@ -678,17 +693,7 @@ TEST_F(object_test, call_async_reports_failures_conflicts_and_repeats) {
 TEST_F(object_test, call_async_callers_hear_not_running_when_stopped_first) {
   auto rt = make();
   std::atomic<bool> release{false};
-  rt->register_object<counter>("slow").handler(
-    "add",
-    [&](object_context<counter>& ctx, std::int64_t n) -> task<std::int64_t> {
-      co_await ctx.step("wait", [&] {
-        while (!release)
-          std::this_thread::sleep_for(5ms);
-        return 0;
-      });
-      ctx.state().total += n;
-      co_return ctx.state().total;
-    });
+  add_slow(*rt, release);
   rt->start();
   async_ends ends;
   auto id = rt->call_async<std::int64_t>("slow", "s", "add", std::int64_t{1},
@@ -737,17 +742,7 @@ TEST_F(object_test, call_async_callers_hear_not_running_when_stopped_first) {
 TEST_F(object_test, call_async_repeats_in_flight_hear_the_first_end_or_conflict) {
   auto rt = make();
   std::atomic<bool> release{false};
-  rt->register_object<counter>("slow").handler(
-    "add",
-    [&](object_context<counter>& ctx, std::int64_t n) -> task<std::int64_t> {
-      co_await ctx.step("wait", [&] {
-        while (!release)
-          std::this_thread::sleep_for(1ms);
-        return 0;
-      });
-      ctx.state().total += n;
-      co_return ctx.state().total;
-    });
+  add_slow(*rt, release);
   rt->start();
   async_ends ends;
   for (int round = 0; round < 20; ++round) {

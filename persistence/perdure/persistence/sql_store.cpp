@@ -310,10 +310,30 @@ std::optional<run_record> sql_store::get_run(std::string_view id) {
   return run;
 }
 
+namespace {
+
+/// Runs `all` once with `ids` as an array on PostgreSQL; `one` per id on
+/// SQLite, which has no arrays (a statement per id costs it no round
+/// trip). Calls `each` for every row.
+void run_for_ids(sql_tx& tx, const sql_query& all, const sql_query& one,
+                 const std::vector<std::string>& ids,
+                 const sql_tx::row_fn& each) {
+  if (tx.dialect() == detail::sql_dialect::postgresql) {
+    detail::pg_array list;
+    for (auto& id : ids)
+      list.add(id);
+    auto literal = list.str();
+    tx.run(all, {std::string_view{literal}}, each);
+    return;
+  }
+  for (auto& id : ids)
+    tx.run(one, {std::string_view{id}}, each);
+}
+
+} // namespace
+
 std::vector<run_record>
 sql_store::get_runs(const std::vector<std::string>& ids) {
-  // One statement for all on PostgreSQL (an array); SQLite has none, and
-  // a statement per run costs it no round trip.
   static const sql_query all{"get_runs", "SELECT " + detail::run_columns
                                            + " FROM {s}runs WHERE id = "
                                              "ANY($1::text[])"};
@@ -322,17 +342,9 @@ sql_store::get_runs(const std::vector<std::string>& ids) {
   std::vector<run_record> result;
   read([&](sql_tx& tx) {
     result.clear();
-    auto add = [&](const sql_row& r) { result.push_back(detail::read_run(r)); };
-    if (tx.dialect() == detail::sql_dialect::postgresql) {
-      detail::pg_array list;
-      for (auto& id : ids)
-        list.add(id);
-      auto literal = list.str();
-      tx.run(all, {std::string_view{literal}}, add);
-    } else {
-      for (auto& id : ids)
-        tx.run(one, {std::string_view{id}}, add);
-    }
+    run_for_ids(tx, all, one, ids, [&](const sql_row& r) {
+      result.push_back(detail::read_run(r));
+    });
   });
   return result;
 }
@@ -443,8 +455,6 @@ std::optional<std::string> sql_store::get_event(std::string_view run_id,
 
 std::vector<journal_entry>
 sql_store::load_journals(const std::vector<std::string>& run_ids) {
-  // One statement for all on PostgreSQL (an array); SQLite has none, and
-  // a statement per run costs it no round trip.
   static const sql_query all{
     "load_journals", std::string{"SELECT "} + detail::entry_columns
                        + " FROM {s}journal WHERE run_id = ANY($1::text[]) "
@@ -455,19 +465,9 @@ sql_store::load_journals(const std::vector<std::string>& run_ids) {
   std::vector<journal_entry> result;
   read([&](sql_tx& tx) {
     result.clear();
-    auto add = [&](const sql_row& r) {
+    run_for_ids(tx, all, one, run_ids, [&](const sql_row& r) {
       result.push_back(detail::read_entry(r));
-    };
-    if (tx.dialect() == detail::sql_dialect::postgresql) {
-      detail::pg_array ids;
-      for (auto& id : run_ids)
-        ids.add(id);
-      auto literal = ids.str();
-      tx.run(all, {std::string_view{literal}}, add);
-    } else {
-      for (auto& id : run_ids)
-        tx.run(one, {std::string_view{id}}, add);
-    }
+    });
   });
   return result;
 }
