@@ -63,11 +63,12 @@ struct config {
   /// Threads running the runtime's own store I/O (never user code).
   std::size_t control_threads = 4;
   /// Connections of the group-commit journal writer: with more than one,
-  /// one batch commits while the next is written. One is the default: on
-  /// two cores, fewer and larger batches cost the database less CPU
-  /// (sustained 4096 x 20: 33 K steps/s against 30 K with two). SQLite
-  /// has one writer at a time, so it always uses one.
-  std::size_t journal_connections = 1;
+  /// one batch commits while the next is written, and a key's calls and
+  /// ends keep their order (they go through their key's connection). Two
+  /// by default: object calls over many keys run 1.5-1.8 times as fast as
+  /// with one, steps no slower (docs/performance.md, issue 27). SQLite has
+  /// one writer at a time, so it always uses one.
+  std::size_t journal_connections = 2;
   /// Most connections opened for starting runs and transactional steps,
   /// which run on many threads at once (callers beyond it wait).
   std::size_t pooled_connections = 16;

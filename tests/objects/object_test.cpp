@@ -656,6 +656,37 @@ TEST_F(object_test, call_async_ends_reach_callbacks_from_memory_and_store) {
     other->stop();
 }
 
+TEST_F(object_test, call_async_calls_from_one_thread_run_in_the_order_made) {
+  // Two writer connections (PostgreSQL; SQLite has one): a key's calls
+  // are stored and run in the order one thread made them, though neither
+  // waits for the last to be stored.
+  auto cfg = db_.runtime_config();
+  cfg.journal_connections = 2;
+  auto rt = make(std::move(cfg));
+  rt->start();
+  async_ends ends;
+  constexpr int keys = 8;
+  constexpr int calls = 1600;
+  std::map<std::string, int> place; // id -> its place among its key's calls
+  std::vector<int> made(keys, 0);
+  for (int n = 0; n < calls; ++n) {
+    auto id = rt->call_async<std::int64_t>("counter",
+                                           "o" + std::to_string(n % keys),
+                                           "add", std::int64_t{1},
+                                           ends.into("all"));
+    place[id] = ++made[n % keys];
+  }
+  auto got = ends.wait("all", calls);
+  ASSERT_EQ(got.size(), calls);
+  int out_of_order = 0;
+  for (auto& r : got) {
+    ASSERT_TRUE(r.ok()) << r.id();
+    if (r.get() != place.at(r.id()))
+      ++out_of_order;
+  }
+  EXPECT_EQ(out_of_order, 0) << "calls that ran before one made earlier";
+}
+
 TEST_F(object_test, call_async_reports_failures_conflicts_and_repeats) {
   auto rt = make();
   rt->start();

@@ -1,6 +1,9 @@
 #include "perdure/persistence/journal_writer.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -61,16 +64,51 @@ void journal_writer::wake_one() {
   }
 }
 
-void journal_writer::take(std::vector<request>& taken) {
-  if (queue_.size() <= opts_.max_batch) {
-    taken.swap(queue_);
+journal_writer::lane* journal_writer::lane_of(const write& w) const {
+  if (lanes_.size() < 2)
+    return nullptr;
+  const std::string* type = nullptr;
+  const std::string* key = nullptr;
+  if (auto* run = std::get_if<run_record>(&w); run && !run->object_type.empty()) {
+    type = &run->object_type;
+    key = &run->object_key;
+  } else if (auto* end = std::get_if<invocation_commit>(&w)) {
+    type = &end->object_type;
+    key = &end->object_key;
+  } else {
+    return nullptr;
+  }
+  auto h = std::hash<std::string_view>{}(*type);
+  h ^= std::hash<std::string_view>{}(*key) + 0x9e3779b97f4a7c15ULL + (h << 6)
+       + (h >> 2);
+  return lanes_[h % lanes_.size()].get();
+}
+
+namespace {
+
+/// Moves up to `room` requests from the front of `from` to the back of `to`.
+template <class Request>
+void move_front(std::vector<Request>& from, std::vector<Request>& to,
+                std::size_t room) {
+  if (from.empty() || room == 0)
+    return;
+  if (to.empty() && from.size() <= room) {
+    to.swap(from);
     return;
   }
-  auto first = queue_.begin();
-  auto last = first + static_cast<std::ptrdiff_t>(opts_.max_batch);
-  taken.assign(std::make_move_iterator(first), std::make_move_iterator(last));
-  queue_.erase(first, last);
-  wake_one(); // the rest for another lane
+  auto n = static_cast<std::ptrdiff_t>(std::min(room, from.size()));
+  to.insert(to.end(), std::make_move_iterator(from.begin()),
+            std::make_move_iterator(from.begin() + n));
+  from.erase(from.begin(), from.begin() + n);
+}
+
+} // namespace
+
+void journal_writer::take(lane& l, std::vector<request>& taken) {
+  move_front(l.own, taken, opts_.max_batch);
+  move_front(queue_, taken, opts_.max_batch - taken.size());
+  if (!queue_.empty())
+    wake_one(); // the rest for another lane
 }
 
 void journal_writer::submit(write w, callback done, bool may_commit_here) {
@@ -78,6 +116,14 @@ void journal_writer::submit(write w, callback done, bool may_commit_here) {
   std::vector<request> taken;
   {
     std::lock_guard guard{mtx_};
+    if (auto* own = lane_of(w)) {
+      own->own.push_back(request{std::move(w), std::move(done)});
+      if (own->idle && !own->lent && !own->woken) {
+        own->woken = true;
+        own->cv.notify_one();
+      }
+      return;
+    }
     queue_.push_back(request{std::move(w), std::move(done)});
     if (may_commit_here && !stopping_) {
       for (auto& l : lanes_) {
@@ -92,13 +138,13 @@ void journal_writer::submit(write w, callback done, bool may_commit_here) {
       return;
     }
     borrowed->lent = true;
-    take(taken);
+    take(*borrowed, taken);
   }
   process(*borrowed->db, taken);
   {
     std::lock_guard guard{mtx_};
     borrowed->lent = false;
-    if (!queue_.empty() || stopping_)
+    if (has_work(*borrowed) || stopping_)
       borrowed->cv.notify_one(); // its thread takes what came meanwhile
   }
 }
@@ -109,14 +155,16 @@ void journal_writer::run(lane& l) {
     {
       std::unique_lock guard{mtx_};
       l.idle = true;
-      while (l.lent || (!stopping_ && queue_.empty())) {
+      while (l.lent || (!stopping_ && !has_work(l))) {
         l.cv.wait(guard);
         wake_pending_ = false; // woken (or not): the next write wakes one
+        l.woken = false;
       }
       l.idle = false;
-      if (queue_.empty())
+      l.woken = false;
+      if (!has_work(l))
         return; // stopping and drained
-      take(taken);
+      take(l, taken);
     }
     process(*l.db, taken);
   }

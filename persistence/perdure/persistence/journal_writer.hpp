@@ -66,8 +66,12 @@ public:
 
   /// Starts one writer thread per connection. Each thread takes whatever is
   /// queued when it is free, so with several connections one batch commits
-  /// while the next is written (a run never has two writes in flight, so
-  /// their order across connections does not matter).
+  /// while the next is written. A run never has two writes in flight, so
+  /// their order across connections does not matter, with one exception:
+  /// a key's calls are stored, and its invocations end, in the order they
+  /// were submitted. Those writes (creations and ends of invocations) go
+  /// to their key's lane (a hash of type and key), which commits them in
+  /// order; the rest goes to whichever lane is free.
   journal_writer(std::vector<std::unique_ptr<store>> connections,
                  options opts);
 
@@ -104,8 +108,7 @@ public:
     submit(std::move(w), std::move(done));
   }
 
-  /// Returns how many connections (writer threads) it has: with one, writes
-  /// commit in the order they were submitted.
+  /// Returns how many connections (writer threads) it has.
   std::size_t connections() const noexcept {
     return connections_.size();
   }
@@ -128,12 +131,23 @@ private:
     std::condition_variable cv;
     bool idle = false;
     bool lent = false;
+    /// Woken for its own writes and not yet running.
+    bool woken = false;
+    /// Writes only this lane commits (a key's, in order).
+    std::vector<request> own;
   };
 
   static std::vector<std::unique_ptr<store>> one(std::unique_ptr<store> db);
+  /// The lane that must commit `w` (a key's creation or end), or null.
+  lane* lane_of(const write& w) const;
   void run(lane& l);
-  /// Under mtx_: moves up to `max_batch` queued requests into `taken`.
-  void take(std::vector<request>& taken);
+  /// Under mtx_: whether `l` has writes to take.
+  bool has_work(const lane& l) const {
+    return !queue_.empty() || !l.own.empty();
+  }
+  /// Under mtx_: moves up to `max_batch` requests into `taken`, `l`'s own
+  /// first, then shared ones.
+  void take(lane& l, std::vector<request>& taken);
   /// Under mtx_: wakes one idle lane for queued writes, unless one was
   /// woken and has not taken them yet (one wake-up per burst of writes,
   /// not one per write).
@@ -152,6 +166,7 @@ private:
   options opts_;
   mutable std::mutex mtx_;
   std::vector<std::unique_ptr<lane>> lanes_;
+  /// Writes any lane may commit.
   std::vector<request> queue_;
   bool stopping_ = false;
   /// Whether a lane was woken and has not taken the queue yet.

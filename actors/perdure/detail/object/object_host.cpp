@@ -125,7 +125,6 @@ void object_host::init(object_activation a) {
   owner = a.claimed.object.owner;
   written = std::move(a.claimed.object.state);
   next_base = a.claimed.object.version;
-  pipelined = rt->writer->connections() == 1;
   state = entry->make_state();
   try {
     state->decode(written);
@@ -258,9 +257,10 @@ void object_host::deliver(tagged_run_message& m) {
     current->exec.receive(m.message);
     if (current->left) {
       finished(std::move(current));
-    } else if (current->submitted && pipelined) {
+    } else if (current->submitted) {
       // It only waits for its commit: the next one runs meanwhile on the
-      // state it left (its reply still waits for its own commit).
+      // state it left (its reply still waits for its own commit). The
+      // writer commits a key's ends in the order they were submitted.
       auto tag = current->tag;
       committing.emplace(tag, std::move(current));
       run_next();

@@ -100,9 +100,6 @@ struct object_host {
   /// to roll a failed one back to; and the version that state will have.
   std::string written;
   std::int64_t next_base = 0;
-  /// Whether invocations may run while earlier ones commit: only if the
-  /// writer commits in submission order (one connection).
-  bool pipelined = false;
   /// An end did not commit: what the key holds is unsure here. No new
   /// invocation starts; the actor leaves once the ones committing ended.
   bool doomed = false;
