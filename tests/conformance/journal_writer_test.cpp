@@ -157,6 +157,70 @@ TEST_F(journal_writer_test, rejects_fenced_writes_individually) {
   EXPECT_EQ(got[1], write_ack::rejected);
 }
 
+TEST_F(journal_writer_test, a_keys_calls_commit_in_the_order_submitted) {
+  // Threads store calls to shared keys without waiting for acks, mixed
+  // with other runs' creations: each thread's calls to a key take inbox
+  // places in the order it submitted them, on two connections too (one on
+  // SQLite, as the runtime uses), and every write is acknowledged.
+  constexpr int threads = 4;
+  constexpr int keys = 6;
+  constexpr int calls = 400; // per thread
+  std::vector<std::unique_ptr<store>> connections;
+  connections.push_back(open_store(db_.store_options()));
+  if (db_.postgres)
+    connections.push_back(open_store(db_.store_options()));
+  journal_writer writer{std::move(connections), journal_writer::options{}};
+  std::mutex m;
+  std::condition_variable all_acked;
+  int acked = 0;
+  // [thread][key]: inbox places in submission order.
+  std::vector<std::vector<std::vector<std::int64_t>>> places(
+    threads, std::vector<std::vector<std::int64_t>>(keys));
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      for (int n = 0; n < calls; ++n) {
+        run_record r;
+        r.id = "call-" + std::to_string(t) + "-" + std::to_string(n);
+        r.name = "add";
+        r.owner = {"me", 1};
+        if (n % 5 != 4) { // every fifth a workflow, of no key
+          r.object_type = "counter";
+          r.object_key = "k" + std::to_string(n % keys);
+        }
+        auto key = n % keys;
+        auto keyed = !r.object_type.empty();
+        std::size_t at = 0;
+        if (keyed) {
+          std::lock_guard g{m};
+          at = places[t][key].size();
+          places[t][key].push_back(-1);
+        }
+        writer.create(std::move(r), [&, t, key, keyed, at](write_result w) {
+          std::lock_guard g{m};
+          EXPECT_EQ(w.ack, write_ack::committed);
+          if (keyed)
+            places[t][key][at] = w.inbox_seq;
+          ++acked;
+          all_acked.notify_one();
+        });
+      }
+    });
+  for (auto& w : workers)
+    w.join();
+  std::unique_lock g{m};
+  ASSERT_TRUE(all_acked.wait_for(g, std::chrono::seconds(60), [&] {
+    return acked == threads * calls;
+  })) << acked << " of " << threads * calls << " writes acknowledged";
+  int out_of_order = 0;
+  for (auto& by_key : places)
+    for (auto& seqs : by_key)
+      for (std::size_t i = 1; i < seqs.size(); ++i)
+        if (seqs[i] <= seqs[i - 1])
+          ++out_of_order;
+  EXPECT_EQ(out_of_order, 0) << "calls stored before one submitted earlier";
+}
+
 TEST_F(journal_writer_test, drains_queued_writes_on_destruction) {
   create_runs(1);
   std::atomic<int> acked{0};

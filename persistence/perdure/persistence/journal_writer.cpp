@@ -64,9 +64,9 @@ void journal_writer::wake_one() {
   }
 }
 
-journal_writer::lane* journal_writer::lane_of(const write& w) const {
+std::uint64_t journal_writer::key_of(const write& w) const {
   if (lanes_.size() < 2)
-    return nullptr;
+    return 0; // one lane commits everything in order
   const std::string* type = nullptr;
   const std::string* key = nullptr;
   if (auto* run = std::get_if<run_record>(&w); run && !run->object_type.empty()) {
@@ -76,37 +76,47 @@ journal_writer::lane* journal_writer::lane_of(const write& w) const {
     type = &end->object_type;
     key = &end->object_key;
   } else {
-    return nullptr;
+    return 0;
   }
-  auto h = std::hash<std::string_view>{}(*type);
+  std::uint64_t h = std::hash<std::string_view>{}(*type);
   h ^= std::hash<std::string_view>{}(*key) + 0x9e3779b97f4a7c15ULL + (h << 6)
        + (h >> 2);
-  return lanes_[h % lanes_.size()].get();
+  return h == 0 ? 1 : h; // two keys of one hash merely wait for each other
 }
 
-namespace {
-
-/// Moves up to `room` requests from the front of `from` to the back of `to`.
-template <class Request>
-void move_front(std::vector<Request>& from, std::vector<Request>& to,
-                std::size_t room) {
-  if (from.empty() || room == 0)
-    return;
-  if (to.empty() && from.size() <= room) {
-    to.swap(from);
-    return;
-  }
-  auto n = static_cast<std::ptrdiff_t>(std::min(room, from.size()));
-  to.insert(to.end(), std::make_move_iterator(from.begin()),
-            std::make_move_iterator(from.begin() + n));
-  from.erase(from.begin(), from.begin() + n);
+bool journal_writer::in_flight_elsewhere(const lane& l,
+                                         std::uint64_t key) const {
+  for (auto& other : lanes_)
+    if (other.get() != &l && other->keys.count(key) != 0)
+      return true;
+  return false;
 }
-
-} // namespace
 
 void journal_writer::take(lane& l, std::vector<request>& taken) {
-  move_front(l.own, taken, opts_.max_batch);
-  move_front(queue_, taken, opts_.max_batch - taken.size());
+  auto fits = queue_.size() <= opts_.max_batch;
+  auto free = [&](const request& r) {
+    return r.key == 0 || !in_flight_elsewhere(l, r.key);
+  };
+  if (fits && std::all_of(queue_.begin(), queue_.end(), free)) {
+    for (auto& r : queue_)
+      if (r.key != 0)
+        l.keys.insert(r.key);
+    taken.swap(queue_);
+    return;
+  }
+  // Leave behind what the batch has no room for, and a key's writes while
+  // another lane commits earlier ones of that key (they keep their order).
+  std::vector<request> rest;
+  for (auto& r : queue_) {
+    if (taken.size() < opts_.max_batch && free(r)) {
+      if (r.key != 0)
+        l.keys.insert(r.key);
+      taken.push_back(std::move(r));
+    } else {
+      rest.push_back(std::move(r));
+    }
+  }
+  queue_.swap(rest);
   if (!queue_.empty())
     wake_one(); // the rest for another lane
 }
@@ -116,15 +126,8 @@ void journal_writer::submit(write w, callback done, bool may_commit_here) {
   std::vector<request> taken;
   {
     std::lock_guard guard{mtx_};
-    if (auto* own = lane_of(w)) {
-      own->own.push_back(request{std::move(w), std::move(done)});
-      if (own->idle && !own->lent && !own->woken) {
-        own->woken = true;
-        own->cv.notify_one();
-      }
-      return;
-    }
-    queue_.push_back(request{std::move(w), std::move(done)});
+    auto key = key_of(w);
+    queue_.push_back(request{std::move(w), std::move(done), key});
     if (may_commit_here && !stopping_) {
       for (auto& l : lanes_) {
         if (l->idle && !l->lent) {
@@ -143,8 +146,9 @@ void journal_writer::submit(write w, callback done, bool may_commit_here) {
   process(*borrowed->db, taken);
   {
     std::lock_guard guard{mtx_};
+    borrowed->keys.clear();
     borrowed->lent = false;
-    if (has_work(*borrowed) || stopping_)
+    if (!queue_.empty() || stopping_)
       borrowed->cv.notify_one(); // its thread takes what came meanwhile
   }
 }
@@ -154,17 +158,25 @@ void journal_writer::run(lane& l) {
   for (;;) {
     {
       std::unique_lock guard{mtx_};
-      l.idle = true;
-      while (l.lent || (!stopping_ && !has_work(l))) {
+      l.keys.clear(); // its last batch is committed and called back
+      // Idle only while it waits: a wake-up must reach a lane that waits.
+      for (;;) {
+        if (!l.lent && !queue_.empty()) {
+          take(l, taken);
+          if (!taken.empty())
+            break;
+          // All of it waits for keys another lane commits: that lane
+          // takes it next, so at a stop this one may leave.
+          if (stopping_)
+            return;
+        } else if (!l.lent && stopping_) {
+          return; // drained
+        }
+        l.idle = true;
         l.cv.wait(guard);
+        l.idle = false;
         wake_pending_ = false; // woken (or not): the next write wakes one
-        l.woken = false;
       }
-      l.idle = false;
-      l.woken = false;
-      if (!has_work(l))
-        return; // stopping and drained
-      take(l, taken);
     }
     process(*l.db, taken);
   }

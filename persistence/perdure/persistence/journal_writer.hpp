@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -69,9 +70,9 @@ public:
   /// while the next is written. A run never has two writes in flight, so
   /// their order across connections does not matter, with one exception:
   /// a key's calls are stored, and its invocations end, in the order they
-  /// were submitted. Those writes (creations and ends of invocations) go
-  /// to their key's lane (a hash of type and key), which commits them in
-  /// order; the rest goes to whichever lane is free.
+  /// were submitted. Those writes (creations and ends of invocations) wait
+  /// in the queue while another connection commits earlier ones of their
+  /// key.
   journal_writer(std::vector<std::unique_ptr<store>> connections,
                  options opts);
 
@@ -120,6 +121,8 @@ private:
   struct request {
     persistence::write write;
     callback done;
+    /// A hash of the object key whose order it keeps (0: none).
+    std::uint64_t key = 0;
   };
 
   using slot = write_batch::slot;
@@ -131,22 +134,19 @@ private:
     std::condition_variable cv;
     bool idle = false;
     bool lent = false;
-    /// Woken for its own writes and not yet running.
-    bool woken = false;
-    /// Writes only this lane commits (a key's, in order).
-    std::vector<request> own;
+    /// The keys (`request::key`) of the batch it commits.
+    std::unordered_set<std::uint64_t> keys;
   };
 
   static std::vector<std::unique_ptr<store>> one(std::unique_ptr<store> db);
-  /// The lane that must commit `w` (a key's creation or end), or null.
-  lane* lane_of(const write& w) const;
+  /// Returns the key whose order `w` keeps (a key's creation or end, with
+  /// several lanes), or 0.
+  std::uint64_t key_of(const write& w) const;
+  /// Under mtx_: whether a lane other than `l` commits a write of `key`.
+  bool in_flight_elsewhere(const lane& l, std::uint64_t key) const;
   void run(lane& l);
-  /// Under mtx_: whether `l` has writes to take.
-  bool has_work(const lane& l) const {
-    return !queue_.empty() || !l.own.empty();
-  }
-  /// Under mtx_: moves up to `max_batch` requests into `taken`, `l`'s own
-  /// first, then shared ones.
+  /// Under mtx_: moves up to `max_batch` queued requests into `taken`,
+  /// leaving those whose key another lane commits.
   void take(lane& l, std::vector<request>& taken);
   /// Under mtx_: wakes one idle lane for queued writes, unless one was
   /// woken and has not taken them yet (one wake-up per burst of writes,
@@ -166,7 +166,6 @@ private:
   options opts_;
   mutable std::mutex mtx_;
   std::vector<std::unique_ptr<lane>> lanes_;
-  /// Writes any lane may commit.
   std::vector<request> queue_;
   bool stopping_ = false;
   /// Whether a lane was woken and has not taken the queue yet.
