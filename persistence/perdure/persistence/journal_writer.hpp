@@ -47,9 +47,10 @@ struct write_result {
 
 /// The group-commit writer: every run creation, journal append and run
 /// completion goes through it. Writes from many actors collect in a queue
-/// while the previous batch commits; the next batch takes all of them in one
-/// transaction (creations included: what one write depends on commits with
-/// it), and each writer is called back after the commit (never before). Under load
+/// while the previous batch commits; the next free connection takes them in
+/// one transaction (a write another depends on is called back before that
+/// one is submitted), and each writer is called back after the commit
+/// (never before). Under load
 /// this turns one commit per step into one commit per batch. A batch that
 /// fails is retried write by write, so one bad write fails alone.
 class journal_writer {
