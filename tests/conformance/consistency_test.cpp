@@ -267,3 +267,38 @@ TEST_F(store_test, a_batch_holding_two_copies_of_a_run_accepts_the_current_one) 
     EXPECT_EQ(e.payload, "current") << "seq " << e.seq;
   EXPECT_EQ(store_->load_journals({"r"}).size(), 21u);
 }
+
+TEST_F(store_test, a_call_never_overtakes_an_older_one_of_its_key_in_its_batch) {
+  // One batch can hold a call stored ENQUEUED (its key was not held here
+  // when it was made), or one for another holder, and a later call to hand
+  // to the key's actor (PENDING under the key's epoch): the later one
+  // follows the older through the inbox, as it would across batches.
+  auto call = [&](std::string id, std::string key, run_status status,
+                  fence owner) {
+    auto r = make_run(std::move(id));
+    r.name = "add";
+    r.object_type = "counter";
+    r.object_key = std::move(key);
+    r.status = status;
+    r.owner = std::move(owner);
+    return r;
+  };
+  fence holder{"exec-a", 7};
+  auto result = store_->write_batch(
+    {.creates = {call("a1", "a", run_status::enqueued, {}),
+                 call("a2", "a", run_status::pending, holder),
+                 call("b1", "b", run_status::pending, {"exec-b", 3}),
+                 call("b2", "b", run_status::pending, holder),
+                 call("c1", "c", run_status::pending, holder),
+                 call("c2", "c", run_status::pending, holder)}});
+  ASSERT_EQ(result.enqueued.size(), 6u);
+  EXPECT_TRUE(result.enqueued[1]) << "overtook an older ENQUEUED call";
+  EXPECT_TRUE(result.enqueued[3]) << "overtook a call for another holder";
+  EXPECT_FALSE(result.enqueued[4]);
+  EXPECT_FALSE(result.enqueued[5]) << "a holder's calls in order go to it";
+  EXPECT_EQ(store_->get_run("a2")->status, run_status::enqueued);
+  EXPECT_EQ(store_->get_run("c2")->status, run_status::pending);
+  for (std::size_t i = 0; i < 6; i += 2)
+    EXPECT_LT(result.inbox_seqs[i], result.inbox_seqs[i + 1])
+      << "inbox places follow the batch's order";
+}

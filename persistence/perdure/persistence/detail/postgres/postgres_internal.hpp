@@ -123,32 +123,45 @@ inline std::string create_runs_sql(const std::string& s, int first) {
   auto p = [&](int i, const char* type) {
     return "$" + std::to_string(first + i) + "::" + type + "[]";
   };
-  // An invocation takes the next inbox number, in the order unnest gives
-  // the rows (a function scan: a batch keeps its order). One to hand to
-  // its key's actor (PENDING under the key's epoch) is stored ENQUEUED if
-  // older calls of the key wait that the actor has not taken: it follows
-  // them through the inbox (per-key order across processes).
+  // An invocation takes the next inbox number in the batch's order. One to
+  // hand to its key's actor (PENDING under the key's epoch) is stored
+  // ENQUEUED if older calls of the key wait that the actor has not taken:
+  // it follows them through the inbox (per-key order across processes).
+  // Older calls of the same batch count too (`before_*`: the statement
+  // cannot see its own rows): one stored ENQUEUED, or for another holder,
+  // is followed, never overtaken.
+  auto owner = std::string{"u.executor || ' ' || u.epoch::text"};
+  auto before = std::string{" OVER (PARTITION BY u.otype, u.okey ORDER BY "
+                            "u.ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 "
+                            "PRECEDING)"};
   return "INSERT INTO " + s
          + "runs (id, name, status, inputs, executor, epoch, app_version, "
            "created_at, updated_at, parent_id, deadline, object_type, "
-           "object_key, traceparent, inbox_seq) SELECT i.id, i.name, CASE WHEN i.otype IS "
-           "NOT NULL AND i.status = 'PENDING' AND EXISTS (SELECT 1 FROM "
+           "object_key, traceparent, inbox_seq) SELECT i.id, i.name, CASE "
+           "WHEN i.otype IS NOT NULL AND i.status = 'PENDING' AND "
+           "(COALESCE(i.before_enqueued, false) OR i.before_lo <> i.owner OR "
+           "i.before_hi <> i.owner OR EXISTS (SELECT 1 FROM "
          + s
          + "runs h WHERE h.object_type = i.otype AND h.object_key = i.okey "
            "AND h.status IN ('ENQUEUED', 'PENDING') AND (h.status = "
-           "'ENQUEUED' OR h.executor <> i.executor OR h.epoch <> i.epoch)) "
+           "'ENQUEUED' OR h.executor <> i.executor OR h.epoch <> i.epoch))) "
            "THEN 'ENQUEUED' ELSE i.status END, "
            "decode(i.inputs, 'hex'), i.executor, i.epoch, i.app_version, "
            "i.created_at, i.created_at, i.parent, i.deadline, i.otype, i.okey, "
            "i.tp, CASE WHEN i.otype IS NULL THEN NULL ELSE nextval('"
-         + s + "inbox_seq') END FROM unnest("
+         + s + "inbox_seq') END FROM (SELECT u.*, " + owner
+         + " AS owner, bool_or(u.status <> 'PENDING')" + before
+         + " AS before_enqueued, min(" + owner + ")" + before
+         + " AS before_lo, max(" + owner + ")" + before
+         + " AS before_hi FROM unnest("
          + p(0, "text") + ", " + p(1, "text") + ", " + p(2, "text") + ", "
          + p(3, "text") + ", " + p(4, "text") + ", " + p(5, "bigint") + ", "
          + p(6, "text") + ", " + p(7, "bigint") + ", " + p(8, "text") + ", "
          + p(9, "bigint") + ", " + p(10, "text") + ", " + p(11, "text")
          + ", " + p(12, "text")
-         + ") AS i(id, name, status, inputs, executor, epoch, app_version, "
-           "created_at, parent, deadline, otype, okey, tp) ON CONFLICT (id) DO "
+         + ") WITH ORDINALITY AS u(id, name, status, inputs, executor, epoch, "
+           "app_version, created_at, parent, deadline, otype, okey, tp, ord)) "
+           "i ORDER BY i.ord ON CONFLICT (id) DO "
            "NOTHING RETURNING id, status, COALESCE(inbox_seq, 0) AS seq";
 }
 
