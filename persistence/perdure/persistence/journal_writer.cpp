@@ -1,6 +1,5 @@
 #include "perdure/persistence/journal_writer.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string_view>
@@ -93,22 +92,12 @@ bool journal_writer::in_flight_elsewhere(const lane& l,
 }
 
 void journal_writer::take(lane& l, std::vector<request>& taken) {
-  auto fits = queue_.size() <= opts_.max_batch;
-  auto free = [&](const request& r) {
-    return r.key == 0 || !in_flight_elsewhere(l, r.key);
-  };
-  if (fits && std::all_of(queue_.begin(), queue_.end(), free)) {
-    for (auto& r : queue_)
-      if (r.key != 0)
-        l.keys.insert(r.key);
-    taken.swap(queue_);
-    return;
-  }
   // Leave behind what the batch has no room for, and a key's writes while
   // another lane commits earlier ones of that key (they keep their order).
   std::vector<request> rest;
   for (auto& r : queue_) {
-    if (taken.size() < opts_.max_batch && free(r)) {
+    if (taken.size() < opts_.max_batch
+        && (r.key == 0 || !in_flight_elsewhere(l, r.key))) {
       if (r.key != 0)
         l.keys.insert(r.key);
       taken.push_back(std::move(r));
@@ -124,9 +113,9 @@ void journal_writer::take(lane& l, std::vector<request>& taken) {
 void journal_writer::submit(write w, callback done, bool may_commit_here) {
   lane* borrowed = nullptr;
   std::vector<request> taken;
+  auto key = key_of(w); // lanes_ is fixed: no lock needed
   {
     std::lock_guard guard{mtx_};
-    auto key = key_of(w);
     queue_.push_back(request{std::move(w), std::move(done), key});
     if (may_commit_here && !stopping_) {
       for (auto& l : lanes_) {
