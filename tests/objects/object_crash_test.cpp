@@ -65,6 +65,7 @@ protected:
   void collect(const test::child_process& w) {
     std::istringstream in{w.output()};
     std::string tag;
+    std::set<int> heard; // each caller hears exactly one end
     for (std::string line; std::getline(in, line);) {
       std::istringstream l{line};
       int n = 0;
@@ -73,6 +74,8 @@ protected:
         ADD_FAILURE() << "a call ended without its reply: " << line;
       if (!(l >> tag >> n >> reply) || tag != "R")
         continue;
+      EXPECT_TRUE(heard.insert(n).second)
+        << "call " << n << " heard its end twice in one process";
       auto [i, added] = replies_.emplace(n, reply);
       EXPECT_EQ(i->second, reply) << "call " << n << " answered twice, "
                                   << "differently";
@@ -81,7 +84,12 @@ protected:
 
   /// Every call applied once, and every reply consistent with that.
   void expect_exactly_once() {
-    ASSERT_EQ(replies_.size(), static_cast<size_t>(calls));
+    std::string missing;
+    for (int n = 0; n < calls; ++n)
+      if (replies_.count(n) == 0)
+        missing += " " + std::to_string(n);
+    ASSERT_EQ(replies_.size(), static_cast<size_t>(calls))
+      << "calls no process answered:" << missing;
     std::map<std::string, std::set<std::int64_t>> per_key;
     for (auto& [n, reply] : replies_) {
       auto key = "acct-" + std::to_string(n % keys);
