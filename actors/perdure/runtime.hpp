@@ -73,6 +73,9 @@ public:
   /// queued journal writes and gives the lease up: the runs left PENDING
   /// are taken over by other live runtimes that registered their
   /// workflows, or recovered by the next start with this executor id.
+  /// Called while another thread stops the runtime, it returns once that
+  /// stop is done (in a `when_done` or `call_async` callback, which that
+  /// stop waits for, at once).
   void stop();
 
   /// Returns how many PENDING runs the last recovery or takeover left for

@@ -841,6 +841,36 @@ TEST_F(object_test, a_call_async_callback_that_stops_the_runtime_leaves_no_calle
     EXPECT_EQ(heard[id], 1) << id;
 }
 
+TEST_F(object_test, a_second_stop_returns_once_the_runtime_is_stopped) {
+  // A callback stops the runtime while a slow call holds the stop; the
+  // application stops it too (its destructor does): that stop must not
+  // return while the first one still tears the runtime down.
+  auto rt = make();
+  std::atomic<bool> release{false};
+  add_slow(*rt, release);
+  rt->start();
+  auto slow = rt->send<std::int64_t>("slow", "s", "add", std::int64_t{1});
+  std::atomic<bool> callback_stopping{false};
+  std::atomic<bool> callback_stopped{false};
+  rt->call_async<std::int64_t>("counter", "c", "add", std::int64_t{1},
+                               [&](call_result<std::int64_t>) {
+                                 callback_stopping = true;
+                                 rt->stop();
+                                 callback_stopped = true;
+                               });
+  ASSERT_TRUE(test::eventually([&] { return callback_stopping.load(); }));
+  std::atomic<bool> second_stopped{false};
+  std::thread second{[&] {
+    rt->stop();
+    second_stopped = true;
+  }};
+  std::this_thread::sleep_for(300ms); // the slow step holds the first stop
+  EXPECT_FALSE(second_stopped) << "stop() returned while the runtime stopped";
+  release = true;
+  second.join();
+  EXPECT_TRUE(test::eventually([&] { return callback_stopped.load(); }));
+}
+
 TEST_F(object_test, cycles_through_child_workflows_fail_and_sends_hold_nothing) {
   auto rt = make();
   rt->start();

@@ -19,6 +19,17 @@
 
 namespace perdure::detail {
 
+namespace {
+
+/// The runtime whose callbacks this thread runs (none: nullptr).
+thread_local const runtime_services* callbacks_of = nullptr;
+
+} // namespace
+
+bool end_callbacks::runs_on(const runtime_services* rt) noexcept {
+  return rt != nullptr && callbacks_of == rt;
+}
+
 end_callbacks::end_callbacks(runtime_services& rt) : rt_(rt) {
   thread_ = std::thread{[this] { loop(); }};
 }
@@ -182,6 +193,7 @@ void end_callbacks::stop_from_own_thread(std::unique_ptr<end_callbacks> self) {
 }
 
 void end_callbacks::loop() {
+  callbacks_of = &rt_;
   run();
   bool delete_itself = false;
   {

@@ -63,6 +63,10 @@ public:
     return std::this_thread::get_id() == thread_.get_id();
   }
 
+  /// Returns whether the caller is the callbacks thread of the runtime
+  /// whose services are `rt` (one a stop of that runtime joins).
+  static bool runs_on(const runtime_services* rt) noexcept;
+
   /// Stops `self` from a callback on its own thread (one that stops the
   /// runtime, or drops its last client), which cannot join itself: no
   /// callback runs after the one under way, and the thread deletes the

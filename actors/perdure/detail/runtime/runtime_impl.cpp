@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "perdure/detail/execution/run_message.hpp"
+#include "perdure/detail/runs/end_callbacks.hpp"
 #include "perdure/detail/runtime/ids.hpp"
 #include "perdure/detail/timer/clock.hpp"
 
@@ -242,8 +243,31 @@ void runtime_impl::stop() {
                          "another thread of the runtime), which stop() must "
                          "wait for: stop the runtime from an application "
                          "thread, e.g. one the step signals");
-  if (!runs_.close())
-    return;
+  {
+    std::unique_lock guard{stop_mtx_};
+    if (stopping_on_) {
+      // Nested in this stop (a callback it runs), or on the callbacks
+      // thread it joins: waiting would never end; the stop goes on.
+      if (*stopping_on_ == std::this_thread::get_id()
+          || end_callbacks::runs_on(&svc))
+        return;
+      stop_done_.wait(guard, [this] { return !stopping_on_; });
+      return;
+    }
+    if (!runs_.close())
+      return;
+    stopping_on_ = std::this_thread::get_id();
+  }
+  struct stop_done {
+    runtime_impl& rt;
+    ~stop_done() {
+      {
+        std::lock_guard guard{rt.stop_mtx_};
+        rt.stopping_on_.reset();
+      }
+      rt.stop_done_.notify_all();
+    }
+  } done{*this};
   phase("stop: close");
   gate_.close_and_wait();
   ends_.stop_callbacks(); // before the stores it reads

@@ -11,8 +11,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "perdure/config.hpp"
@@ -77,6 +81,12 @@ private:
   // (declared before `svc`, which refers to them)
 
   client_gate gate_;
+  /// One stop() at a time: a second caller (say the application, while a
+  /// callback stops the runtime) returns once the first is done, never
+  /// while its parts are being torn down.
+  std::mutex stop_mtx_;
+  std::condition_variable stop_done_;
+  std::optional<std::thread::id> stopping_on_;
   admin_store admin_;
   runtime_metrics metrics_;
   run_registry runs_;
