@@ -59,9 +59,9 @@ caf::behavior object_behavior(object_actor* self, runtime_services* rt,
     self->state.rt->objects->stopped(self->state.type, self->state.key,
                                      caf::actor_cast<caf::actor>(self), true);
     for (auto& run : self->state.queue)
-      rt->run_stopped(run.id, std::nullopt, -1);
+      self->state.forget_unstarted(run.id);
     for (auto& run : self->state.handed_in_take)
-      rt->run_stopped(run.id, std::nullopt, -1);
+      self->state.forget_unstarted(run.id);
     for (auto& [tag, c] : self->state.committing)
       rt->run_stopped(c->exec.run_id(), std::nullopt, self->state.owner.epoch);
     return caf::sec::runtime_error;

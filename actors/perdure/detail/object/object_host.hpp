@@ -161,6 +161,9 @@ struct object_host {
   void leave(bool revive);
   /// Quits the actor, telling the runtime of the invocations it leaves.
   void quit();
+  /// Tells the runtime this actor leaves invocation `run_id` unstarted
+  /// (its callers read the store).
+  void forget_unstarted(const std::string& run_id);
   /// Quits once the messages already in the mailbox are handled.
   void quit_soon();
 };
