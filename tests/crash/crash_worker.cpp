@@ -32,6 +32,7 @@ test::sql_client& side_table() {
 } // namespace
 
 int main(int argc, char** argv) {
+  test::worker_logs_to_stderr(); // stdout carries what the test reads
   if (argc != 6) {
     std::cerr << "usage: perdure-crash-worker <url> <schema> <incarnation> "
                  "<workflows> <steps>\n";

@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -56,6 +59,28 @@ protected:
     db_.postgres = true;
     test::sql_client sql{db_};
     sql.exec("CREATE TABLE " + sql.table("tx_rows") + " (run_id TEXT)");
+    // What reaches spdlog's default logger, which no line of Perdure's may
+    // reach while config::logger is set.
+    default_sink_ = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+    previous_default_ = spdlog::default_logger();
+    spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("default", default_sink_));
+    app_sink_ = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(10000);
+    app_log_ = std::make_shared<spdlog::logger>("app", app_sink_);
+  }
+
+  void TearDown() override {
+    if (previous_default_)
+      spdlog::set_default_logger(previous_default_);
+  }
+
+  /// The lines logged to the application's logger so far that hold `text`.
+  std::size_t app_lines_with(const std::string& text) {
+    auto lines = app_sink_->last_formatted();
+    return static_cast<std::size_t>(
+      std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+        return l.find(text) != std::string::npos;
+      }));
   }
 
   /// A runtime that gives up on the database after 1 s.
@@ -63,6 +88,7 @@ protected:
     auto cfg = db_.runtime_config("outage");
     cfg.db_retry_budget = 1s;
     cfg.orphan_retry = 200ms;
+    cfg.logger = app_log_;
     auto rt = std::make_unique<runtime>(cfg);
     auto table = test::sql_client{db_}.table("tx_rows");
     rt->register_workflow("flow", [this, table](workflow_context& ctx,
@@ -141,6 +167,10 @@ protected:
 
   std::unique_ptr<test::pg_cluster> pg_;
   test::database db_;
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> default_sink_;
+  std::shared_ptr<spdlog::logger> previous_default_;
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> app_sink_;
+  std::shared_ptr<spdlog::logger> app_log_;
   std::mutex mtx_;
   std::map<std::pair<std::string, int>, int> executions_;
 };
@@ -151,6 +181,12 @@ TEST_F(outage_test, a_server_down_longer_than_the_retry_budget_crashes_nothing) 
     std::this_thread::sleep_for(3500ms); // 3.5 x the budget
     pg_->start();
   });
+  // Every part logs where the application told it to, the journal writer
+  // and the delivery listener (threads of the persistence layer) too.
+  EXPECT_GE(app_lines_with("delivery listener lost its connection"), 1u);
+  EXPECT_GE(app_lines_with("journal batch of"), 1u);
+  for (auto& line : default_sink_->last_formatted())
+    ADD_FAILURE() << "logged past config::logger: " << line;
 }
 
 TEST_F(outage_test, an_immediate_restart_under_load_loses_nothing) {

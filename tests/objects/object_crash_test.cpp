@@ -72,8 +72,11 @@ protected:
       std::int64_t reply = 0;
       if (line.rfind("E ", 0) == 0)
         ADD_FAILURE() << "a call ended without its reply: " << line;
-      if (!(l >> tag >> n >> reply) || tag != "R")
+      if (!(l >> tag >> n >> reply) || tag != "R") {
+        // The worker logs to stderr: a reply line cannot be spliced.
+        EXPECT_NE(line.rfind("R ", 0), 0u) << "a reply line unread: " << line;
         continue;
+      }
       EXPECT_TRUE(heard.insert(n).second)
         << "call " << n << " heard its end twice in one process";
       auto [i, added] = replies_.emplace(n, reply);

@@ -69,6 +69,7 @@ void probe(const std::string& key) {
 } // namespace
 
 int main(int argc, char** argv) {
+  test::worker_logs_to_stderr(); // stdout carries what the test reads
   if (argc != 7 && argc != 8) {
     std::cerr << "usage: perdure-object-worker <url> <schema> <executor> "
                  "<calls> <keys> <threads>\n";
@@ -134,9 +135,12 @@ int main(int argc, char** argv) {
           all_in.notify_all();
         },
         {.idempotency_key = "c" + std::to_string(n)});
-    std::unique_lock guard{out};
-    all_in.wait(guard, [&] { return ended == calls; });
-    std::cout << "DONE" << std::endl;
+    {
+      std::unique_lock guard{out};
+      all_in.wait(guard, [&] { return ended == calls; });
+      std::cout << "DONE" << std::endl;
+    }
+    rt.stop(); // before what the callbacks use goes
     return 0;
   }
   std::atomic<int> next{0};

@@ -29,6 +29,7 @@ test::database db;
 } // namespace
 
 int main(int argc, char** argv) {
+  test::worker_logs_to_stderr(); // stdout carries what the test reads
   if (argc != 4) {
     std::cerr << "usage: perdure-queue-worker <url> <schema> <executor>\n";
     return 2;

@@ -22,6 +22,7 @@ using namespace std::chrono_literals;
 namespace ret = perdure::retention;
 
 int main(int argc, char** argv) {
+  test::worker_logs_to_stderr(); // stdout carries what the test reads
   if (argc != 4) {
     std::cerr << "usage: perdure-retention-worker <url> <schema> <executor>\n";
     return 2;

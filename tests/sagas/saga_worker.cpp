@@ -33,6 +33,7 @@ void effect(sql_session& s, const std::string& table, const std::string& saga,
 } // namespace
 
 int main(int argc, char** argv) {
+  test::worker_logs_to_stderr(); // stdout carries what the test reads
   if (argc != 5) {
     std::cerr << "usage: perdure-saga-worker <url> <schema> <executor> <sagas>\n";
     return 2;

@@ -19,6 +19,7 @@ using namespace perdure;
 using namespace std::chrono_literals;
 
 int main(int argc, char** argv) {
+  test::worker_logs_to_stderr(); // stdout carries what the test reads
   if (argc != 5) {
     std::cerr << "usage: perdure-schedule-worker <url> <schema> <executor> "
                  "<clock file>\n";

@@ -1,6 +1,8 @@
 #include "support/test_support.hpp"
 
 #include <pqxx/pqxx>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <sqlite3.h>
 
 #include <atomic>
@@ -36,6 +38,10 @@ std::string store_under_test() {
   if (kind != "sqlite" && kind != "postgres")
     throw std::runtime_error("PERDURE_TEST_STORE must be sqlite or postgres");
   return kind;
+}
+
+void worker_logs_to_stderr() {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("perdure-worker"));
 }
 
 database database::named(std::string url, std::string schema) {

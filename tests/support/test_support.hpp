@@ -43,6 +43,10 @@ struct database {
   static database named(std::string url, std::string schema);
 };
 
+/// For a worker process whose stdout the test reads: Perdure's logs (spdlog's
+/// default logger) go to stderr, never into the middle of a line it prints.
+void worker_logs_to_stderr();
+
 /// Returns "sqlite" or "postgres" (the store under test).
 std::string store_under_test();
 

@@ -27,6 +27,7 @@ test::database db;
 } // namespace
 
 int main(int argc, char** argv) {
+  test::worker_logs_to_stderr(); // stdout carries what the test reads
   if (argc != 5) {
     std::cerr << "usage: perdure-deploy-worker <url> <schema> <executor> "
                  "<old|new>\n";

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "perdure/persistence/detail/channel.hpp"
+#include "perdure/persistence/detail/log.hpp"
 #include "perdure/persistence/sqlite_store.hpp"
 
 namespace perdure::persistence {
@@ -27,8 +28,8 @@ public:
     try {
       subscribe();
     } catch (const std::exception& ex) {
-      spdlog::warn("perdure: delivery listener cannot connect yet ({})",
-                   ex.what());
+      detail::log_to(opts_.logger)
+        .warn("perdure: delivery listener cannot connect yet ({})", ex.what());
     }
     thread_ = std::thread{[this] { run(); }};
   }
@@ -86,9 +87,10 @@ private:
         conn_.reset();
         if (stopping_)
           return;
-        spdlog::warn("perdure: delivery listener lost its connection ({}); "
-                     "reconnecting",
-                     ex.what());
+        detail::log_to(opts_.logger)
+          .warn("perdure: delivery listener lost its connection ({}); "
+                "reconnecting",
+                ex.what());
         for (int i = 0; i < 10 && !stopping_; ++i)
           std::this_thread::sleep_for(50ms);
       }
@@ -119,7 +121,8 @@ public:
     try {
       open();
     } catch (const std::exception& ex) {
-      spdlog::warn("perdure: could not read notices yet ({})", ex.what());
+      detail::log_to(opts_.logger)
+        .warn("perdure: could not read notices yet ({})", ex.what());
       db_.reset();
     }
     thread_ = std::thread{[this] { run(); }};
@@ -159,8 +162,9 @@ private:
           on_notice_(notice{notice::kind::sweep_due, {}, {}});
         }
       } catch (const std::exception& ex) {
-        spdlog::warn("perdure: could not read notices ({}); trying again",
-                     ex.what());
+        detail::log_to(opts_.logger)
+          .warn("perdure: could not read notices ({}); trying again",
+                ex.what());
         db_.reset();
         announced_ = false;
       }

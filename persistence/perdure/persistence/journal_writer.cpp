@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "perdure/error.hpp"
+#include "perdure/persistence/detail/log.hpp"
 #include "perdure/persistence/store.hpp"
 #include "perdure/telemetry/metrics.hpp"
 
@@ -250,12 +251,14 @@ journal_writer::commit(store& db, const write_batch& batch,
     error = ex.code();
     unavailable = ex.code() == errc::store_unavailable
                   || ex.code() == errc::store_full;
-    spdlog::error("perdure: journal batch of {} writes failed: {}",
-                  slots.size(), ex.what());
+    detail::log_to(opts_.logger)
+      .error("perdure: journal batch of {} writes failed: {}", slots.size(),
+             ex.what());
   } catch (const std::exception& ex) {
     error = errc::store_error;
-    spdlog::error("perdure: journal batch of {} writes failed: {}",
-                  slots.size(), ex.what());
+    detail::log_to(opts_.logger)
+      .error("perdure: journal batch of {} writes failed: {}", slots.size(),
+             ex.what());
   }
   return std::nullopt;
 }

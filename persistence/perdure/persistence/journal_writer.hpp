@@ -64,6 +64,8 @@ public:
     /// Where group commits are timed and sized (null: nowhere); must
     /// outlive the writer.
     const store_metrics* metrics = nullptr;
+    /// Where failed batches are logged (null: spdlog's default logger).
+    std::shared_ptr<spdlog::logger> logger;
   };
 
   /// Starts one writer thread per connection. Each thread takes whatever is

@@ -22,6 +22,10 @@
 #include "perdure/persistence/schedule_store.hpp"
 #include "perdure/persistence/store_metrics.hpp"
 
+namespace spdlog {
+class logger;
+}
+
 namespace perdure::persistence {
 
 /// Where and how to connect.
@@ -47,6 +51,8 @@ struct store_options {
   /// Where retries and spent budgets are counted (null: nowhere); must
   /// outlive the store.
   const store_metrics* metrics = nullptr;
+  /// Where the persistence layer logs (null: spdlog's default logger).
+  std::shared_ptr<spdlog::logger> logger;
 };
 
 /// The durable state of Perdure: one interface made of roles (runs,

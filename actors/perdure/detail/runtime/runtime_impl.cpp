@@ -86,7 +86,8 @@ persistence::store_options runtime_impl::store_options() const {
           .idle_transaction_timeout = client_mode
                                         ? std::chrono::milliseconds{0}
                                         : 2 * cfg.lease_timeout,
-          .metrics = cfg.metrics ? &metrics_.store() : nullptr};
+          .metrics = cfg.metrics ? &metrics_.store() : nullptr,
+          .logger = logger_};
 }
 
 void runtime_impl::build_filters() {
@@ -173,7 +174,8 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   writer_ = std::make_unique<persistence::journal_writer>(
     std::move(journal),
     persistence::journal_writer::options{
-      .metrics = cfg.metrics ? &metrics_.store() : nullptr});
+      .metrics = cfg.metrics ? &metrics_.store() : nullptr,
+      .logger = logger_});
   steps_ = std::make_unique<step_executor>(cfg.step_threads, &svc);
   control_ = std::make_unique<step_executor>(
     std::max<std::size_t>(1, cfg.control_threads), &svc);
