@@ -730,7 +730,10 @@ TEST_F(review_test, partitions_beyond_a_thousand_take_their_turn) {
     starts.push_back(p);
     co_return 0;
   });
-  queues::register_queue(rt, "q", {.worker_concurrency = 4,
+  // 16 workers: each claim reads up to 1000 partitions' heads (17 ms with
+  // 1200 here), so 4 workers took 37 s alone and over 120 s in the loaded
+  // suite; more workers take more per claim.
+  queues::register_queue(rt, "q", {.worker_concurrency = 16,
                                    .partition_concurrency = 1});
   constexpr int partitions = 1200;
   auto key = [](int p) {
