@@ -59,11 +59,11 @@ caf::behavior object_behavior(object_actor* self, runtime_services* rt,
     self->state.rt->objects->stopped(self->state.type, self->state.key,
                                      caf::actor_cast<caf::actor>(self), true);
     for (auto& run : self->state.queue)
-      self->state.forget_unstarted(run.id);
+      self->state.forget(run.id);
     for (auto& run : self->state.handed_in_take)
-      self->state.forget_unstarted(run.id);
+      self->state.forget(run.id);
     for (auto& [tag, c] : self->state.committing)
-      rt->run_stopped(c->exec.run_id(), std::nullopt, self->state.owner.epoch);
+      self->state.forget(c->exec.run_id());
     return caf::sec::runtime_error;
   });
   // runtime::stop(): the invocation running stays until its step body

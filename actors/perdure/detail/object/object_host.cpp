@@ -344,7 +344,7 @@ void object_host::give_up_key(const std::string& why,
                  why);
   stopping = true;
   for (auto& run : queue) // its callers read the store
-    forget_unstarted(run.id);
+    forget(run.id);
   queue.clear();
   rt->objects->give_up(type, key, caf::actor_cast<caf::actor>(self),
                        unreadable_version);
@@ -366,14 +366,14 @@ void object_host::give_up_key(const std::string& why,
 void object_host::leave(bool revive) {
   stopping = true;
   for (auto& run : queue) // not run here: their callers read the store
-    forget_unstarted(run.id);
+    forget(run.id);
   queue.clear();
   rt->objects->stopped(type, key, caf::actor_cast<caf::actor>(self), revive);
   if (!current && committing.empty() && readers.empty())
     quit_soon();
 }
 
-void object_host::forget_unstarted(const std::string& run_id) {
+void object_host::forget(const std::string& run_id) {
   // At this actor's epoch, not any: a newer actor of the key (claimed
   // again) may run this invocation already, and stays known as its runner.
   rt->run_stopped(run_id, std::nullopt, owner.epoch);
@@ -394,17 +394,14 @@ void object_host::quit() {
     queue.push_back(std::move(run));
   handed_in_take.clear();
   for (auto& run : queue)
-    forget_unstarted(run.id);
+    forget(run.id);
   queue.clear();
-  auto forget = [&](invocation& inv) {
-    rt->run_stopped(inv.exec.run_id(), std::nullopt, owner.epoch);
-  };
   if (current)
-    forget(*current);
+    forget(current->exec.run_id());
   for (auto& [tag, r] : readers)
-    forget(*r);
+    forget(r->exec.run_id());
   for (auto& [tag, c] : committing)
-    forget(*c);
+    forget(c->exec.run_id());
   self->quit();
 }
 
@@ -413,7 +410,7 @@ void object_host::on_arrived(invocation_arrived& m) {
   ++received;
   if (stopping) {
     // Handed as the actor left: whoever holds the key next takes it.
-    forget_unstarted(m.run.id);
+    forget(m.run.id);
     rt->control->post([svc = rt, t = type, k = key] {
       svc->objects->reach(t, k, true);
     });

@@ -161,9 +161,9 @@ struct object_host {
   void leave(bool revive);
   /// Quits the actor, telling the runtime of the invocations it leaves.
   void quit();
-  /// Tells the runtime this actor leaves invocation `run_id` unstarted
-  /// (its callers read the store).
-  void forget_unstarted(const std::string& run_id);
+  /// Tells the runtime this actor no longer runs or holds invocation
+  /// `run_id` (its callers read the store).
+  void forget(const std::string& run_id);
   /// Quits once the messages already in the mailbox are handled.
   void quit_soon();
 };
