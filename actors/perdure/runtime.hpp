@@ -75,7 +75,9 @@ public:
   /// workflows, or recovered by the next start with this executor id.
   /// Called while another thread stops the runtime, it returns once that
   /// stop is done (in a `when_done` or `call_async` callback, which that
-  /// stop waits for, at once).
+  /// stop waits for, at once). Throws `perdure::error` (`invalid_argument`)
+  /// when called from code the stop must wait for: step code, a workflow
+  /// body, an object handler.
   void stop();
 
   /// Returns how many PENDING runs the last recovery or takeover left for

@@ -106,6 +106,47 @@ TEST_F(misuse_test, stop_called_from_a_queue_item_s_step_is_a_clear_error) {
             "invalid_argument");
 }
 
+/// Returns what `rt.stop()` threw, or "stopped".
+std::string stop_and_say(runtime& rt) {
+  try {
+    rt.stop();
+    return "stopped";
+  } catch (const perdure::error& ex) {
+    return to_string(ex.code());
+  }
+}
+
+// Found by review (session 26): a workflow body or an object handler runs
+// on an actor thread, and stop() waits for every actor, its own included:
+// it never returned. It is the step code's clear error now, and the
+// runtime goes on running and stops when asked from an application thread.
+TEST_F(misuse_test, stop_called_from_a_workflow_body_is_a_clear_error) {
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("body_stopper", [&rt](workflow_context&) -> task<std::string> {
+    co_return stop_and_say(rt);
+  });
+  rt.register_workflow("one", [](workflow_context&) -> task<int> { co_return 1; });
+  rt.start();
+  EXPECT_EQ(rt.start_workflow<std::string>("body_stopper").get(10s),
+            "invalid_argument");
+  EXPECT_EQ(rt.start_workflow<int>("one").get(10s), 1) << "still running";
+  rt.stop();
+}
+
+TEST_F(misuse_test, stop_called_from_an_object_handler_is_a_clear_error) {
+  runtime rt{db_.runtime_config()};
+  rt.register_object<int>("stopper").handler(
+    "stop", [&rt](object_context<int>& ctx) -> task<std::string> {
+      ctx.state() += 1;
+      co_return stop_and_say(rt);
+    });
+  rt.start();
+  EXPECT_EQ(rt.call<std::string>("stopper", "k", "stop"), "invalid_argument");
+  EXPECT_EQ(rt.call<std::string>("stopper", "k", "stop"), "invalid_argument")
+    << "the key still takes calls";
+  rt.stop();
+}
+
 TEST_F(misuse_test, busy_step_threads_hold_up_no_deadline_cancel_or_delivery) {
   auto cfg = db_.runtime_config();
   cfg.step_threads = 2;

@@ -8,6 +8,7 @@
 
 #include "perdure/detail/execution/run_message.hpp"
 #include "perdure/detail/runs/end_callbacks.hpp"
+#include "perdure/detail/runtime/actor_threads.hpp"
 #include "perdure/detail/runtime/ids.hpp"
 #include "perdure/detail/timer/clock.hpp"
 
@@ -185,6 +186,7 @@ void runtime_impl::start_holding_lease(const persistence::store_options& opts) {
   system_cfg_->set("scheduler.max-threads", cfg.scheduler_threads);
   system_cfg_->set("scheduler.max-throughput", std::size_t{300});
   system_cfg_->set("scheduler.policy", caf::atom("sharing"));
+  system_cfg_->add_thread_hook<actor_threads>(&svc);
   system_ = std::make_unique<caf::actor_system>(*system_cfg_);
   forget_caf_logger();
   timers_ = std::make_unique<timer_service>(clock_, [this](const timer& t) {
@@ -245,6 +247,12 @@ void runtime_impl::stop() {
                          "another thread of the runtime), which stop() must "
                          "wait for: stop the runtime from an application "
                          "thread, e.g. one the step signals");
+  if (actor_threads::runs_on(&svc)) // a workflow body, an object handler
+    throw perdure::error(errc::invalid_argument,
+                         "runtime::stop() was called from a workflow body or "
+                         "an object handler, whose actor stop() must wait "
+                         "for: stop the runtime from an application thread, "
+                         "e.g. one the workflow signals");
   {
     std::unique_lock guard{stop_mtx_};
     if (stopping_on_) {
