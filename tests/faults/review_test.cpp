@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <limits>
@@ -717,6 +718,30 @@ TEST_F(review_test, a_handler_sleeping_for_ever_keeps_its_key_and_sleeps) {
 
 namespace {
 
+/// Runs `enqueue` in one transaction (quicker than a commit an item), the
+/// schema migrated first.
+void enqueue_in_one_transaction(
+  const test::database& db, const std::function<void(sql_session&)>& enqueue) {
+  { client migrate{db.runtime_config()}; }
+  if (db.postgres) {
+    pqxx::connection conn{db.url};
+    pqxx::work w{conn};
+    pqxx_session s{w, db.schema};
+    enqueue(s);
+    w.commit();
+    return;
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(
+    sqlite3_open(db.url.substr(std::string{"sqlite://"}.size()).c_str(), &raw),
+    SQLITE_OK);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
+  sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  sqlite_session s{raw};
+  enqueue(s);
+  sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr);
+}
+
 // 10: partitions beyond the first 1000 (in key order) take their turn on
 // PostgreSQL as on SQLite: their first items start among the other
 // partitions' first items, not after every second item of the first 1000.
@@ -742,31 +767,12 @@ TEST_F(review_test, partitions_beyond_a_thousand_take_their_turn) {
   };
   // Enqueued before the runtime starts: every item is there at the first
   // claim. First items of every partition first, then the second ones.
-  { client migrate{db_.runtime_config()}; }
-  auto enqueue_all = [&](sql_session& s) {
+  enqueue_in_one_transaction(db_, [&](sql_session& s) {
     for (int item = 0; item < 2; ++item)
       for (int p = 0; p < partitions; ++p)
         queues::enqueue(s, "q", "mark", std::pair<int, int>{p, item},
                         {.partition_key = key(p)});
-  };
-  if (db_.postgres) { // in one transaction: quicker than 2400 commits
-    pqxx::connection conn{db_.url};
-    pqxx::work w{conn};
-    pqxx_session s{w, db_.schema};
-    enqueue_all(s);
-    w.commit();
-  } else {
-    sqlite3* raw = nullptr;
-    ASSERT_EQ(sqlite3_open(db_.url.substr(std::string{"sqlite://"}.size())
-                             .c_str(),
-                           &raw),
-              SQLITE_OK);
-    std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
-    sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
-    sqlite_session s{raw};
-    enqueue_all(s);
-    sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr);
-  }
+  });
   rt.start();
   ASSERT_TRUE(test::eventually(
     [&] {
@@ -789,6 +795,53 @@ TEST_F(review_test, partitions_beyond_a_thousand_take_their_turn) {
   // 93c3896 (the first 1000 partitions only): about 200 here; now 0-20.
   EXPECT_LT(seconds_before, 100)
     << "partitions past the first 1000 waited for the others' second items";
+}
+
+// Session 27: a claim takes the first ready items by priority and age, and
+// steps to the partitions' heads in turn only when those are not enough.
+// A busy partition whose items fill the head of the queue must then still
+// hold one worker (its limit), not keep the others from the rest.
+TEST_F(review_test, a_partition_filling_the_queue_s_head_holds_only_its_limit) {
+  std::mutex mtx;
+  std::vector<int> starts; // partition, -1 for the busy one
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("mark", [&](workflow_context& ctx, int p) -> task<int> {
+    {
+      std::lock_guard guard{mtx};
+      starts.push_back(p);
+    }
+    // Long enough that the busy partition's one item at a time is one
+    // worker's share, not the claims' pace.
+    co_return co_await ctx.step("work", [] {
+      std::this_thread::sleep_for(5ms);
+      return 0;
+    });
+  });
+  queues::register_queue(rt, "q", {.worker_concurrency = 4,
+                                   .partition_concurrency = 1});
+  constexpr int busy_items = 400;
+  constexpr int partitions = 300;
+  enqueue_in_one_transaction(db_, [&](sql_session& s) {
+    for (int n = 0; n < busy_items; ++n) // first: they fill the head
+      queues::enqueue(s, "q", "mark", -1, {.partition_key = "busy"});
+    for (int p = 0; p < partitions; ++p)
+      queues::enqueue(s, "q", "mark", p,
+                      {.partition_key = "p" + std::to_string(1000 + p)});
+  });
+  rt.start();
+  ASSERT_TRUE(test::eventually(
+    [&] {
+      std::lock_guard guard{mtx};
+      return std::count_if(starts.begin(), starts.end(),
+                           [](int p) { return p >= 0; })
+             == partitions;
+    },
+    120s));
+  std::lock_guard guard{mtx};
+  auto busy = std::count(starts.begin(), starts.end(), -1);
+  // One worker of four for the busy partition: about 100 of its items
+  // while the 300 others start (all 400 when it held every claim).
+  EXPECT_LT(busy, 200) << "the busy partition held the other partitions back";
 }
 
 } // namespace

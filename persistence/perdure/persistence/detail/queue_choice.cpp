@@ -42,6 +42,7 @@ queue_choice choose_claims(const queue_claim_request& req,
     }
     room = std::min(room, left);
   }
+  out.room = std::max<std::int64_t>(room, 0);
   if (room <= 0)
     return out;
   // With a partition limit, partitions take turns: the k-th ready item of

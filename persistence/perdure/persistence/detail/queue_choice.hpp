@@ -44,6 +44,9 @@ struct queue_choice {
   std::vector<bool> fresh;
   bool concurrency_bound = false;
   std::optional<std::int64_t> rate_wait_ms;
+  /// How many the claim may take: its idle workers, within what the
+  /// queue's concurrency and rate limits leave.
+  std::int64_t room = 0;
 };
 
 /// Returns how far back the rate limit counts starts (its period plus the

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "perdure/error.hpp"
 #include "perdure/persistence/detail/channel.hpp"
@@ -195,54 +197,65 @@ detail::queue_load read_load(pqxx::transaction_base& w, const std::string& s,
   return load;
 }
 
-/// The items that may be claimed, in order: the queue's ready items, or,
-/// with partition limits, each partition's head (a loose index scan over
-/// the partitions with items ready here, so a busy one cannot hide the
-/// others: at most `most` partitions, from after the last claim's cursor,
-/// then from the first one; every partition takes its turn). Sets `cursor`
-/// for the next claim.
+/// The SQL condition of an item ready to be claimed here.
+std::string ready_sql(const std::string& s) {
+  return "queue_name = $1 AND status = 'ENQUEUED' AND (not_before IS NULL "
+         "OR not_before <= $2)"
+         + runnable("$4", "$5", s);
+}
+
+/// The queue's first `most` ready items, by priority then age.
 std::vector<detail::queue_candidate>
-read_candidates(pqxx::transaction_base& w, const std::string& s,
-                const queue_claim_request& req, const std::string& names,
-                std::string& cursor) {
-  auto& q = req.queue;
+read_first_ready(pqxx::transaction_base& w, const std::string& s,
+                 const queue_claim_request& req, const std::string& names,
+                 std::int64_t most) {
   std::vector<detail::queue_candidate> candidates;
-  auto add = [&](const pqxx::result& rows) {
-    for (const auto& r : rows)
-      candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
-                            r[2].as<std::string>(), r[3].as<std::string>(),
-                            r[4].as<bool>()});
-  };
-  auto ready = "queue_name = $1 AND status = 'ENQUEUED' AND (not_before IS "
-               "NULL OR not_before <= $2)"
-               + runnable("$4", "$5", s);
-  if (!q.partition_concurrency) {
-    add(w.exec_params("SELECT id, name, app_version, partition_key, "
-                      "started_at IS NULL FROM "
-                        + s + "runs WHERE " + ready
-                        + " ORDER BY priority, inbox_seq LIMIT $3",
-                      q.name, req.now_ms, std::int64_t{req.capacity}, names,
-                      req.filter.app_version));
-    return candidates;
-  }
-  constexpr std::int64_t most = 1000;
+  for (const auto& r : w.exec_params(
+         "SELECT id, name, app_version, partition_key, started_at IS NULL "
+         "FROM " + s + "runs WHERE " + ready_sql(s)
+           + " ORDER BY priority, inbox_seq LIMIT $3",
+         req.queue.name, req.now_ms, most, names, req.filter.app_version))
+    candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
+                          r[2].as<std::string>(), r[3].as<std::string>(),
+                          r[4].as<bool>()});
+  return candidates;
+}
+
+/// One read of a partitioned queue's heads (see `read_heads`).
+struct heads_read {
+  std::int64_t partitions = 0; // partitions read
+  std::string last;            // the last in turn order
+  bool ring_done = false;      // back at the claim's first partition
+};
+
+/// Reads the heads of at most `most` partitions with items ready here, in
+/// turn order: those after `from`, then from the first one, up to `stop`
+/// (`from` < `stop`: only those between). A loose index scan, two index
+/// probes a partition, so a busy partition cannot hide the others.
+heads_read read_heads(pqxx::transaction_base& w, const std::string& s,
+                      const queue_claim_request& req, const std::string& names,
+                      const std::string& from, const std::string& stop,
+                      std::int64_t most,
+                      std::vector<detail::queue_candidate>& candidates) {
+  auto ready = ready_sql(s);
   auto walk = [&](const std::string& name, const std::string& first,
-                  const std::string& stop) {
+                  const std::string& until) {
     return name + "(k) AS ((SELECT partition_key FROM " + s + "runs WHERE "
            + ready + first + " ORDER BY partition_key LIMIT 1) UNION ALL "
            "SELECT (SELECT partition_key FROM " + s + "runs WHERE " + ready
            + " AND partition_key > p.k ORDER BY partition_key LIMIT 1) FROM "
-           + name + " p WHERE p.k IS NOT NULL" + stop + ")";
+           + name + " p WHERE p.k IS NOT NULL" + until + ")";
   };
-  auto heads = w.exec_params(
-    "WITH RECURSIVE " + walk("after", " AND partition_key > $6", "") + ", "
-      + walk("wrapped", "", " AND p.k < $6")
-      + ", keys AS ((SELECT k FROM after WHERE k IS NOT NULL LIMIT "
-      + std::to_string(most)
-      + ") UNION ALL (SELECT k FROM wrapped WHERE k IS NOT NULL AND k <= "
-        "$6 LIMIT "
-      + std::to_string(most)
-      + ")), picked AS (SELECT k FROM keys LIMIT " + std::to_string(most)
+  auto n = std::to_string(most);
+  auto rows = w.exec_params(
+    "WITH RECURSIVE "
+      + walk("after", " AND partition_key > $6", " AND ($6 >= $7 OR p.k < $7)")
+      + ", " + walk("wrapped", "", " AND p.k < $7")
+      + ", keys AS ((SELECT k FROM after WHERE k IS NOT NULL AND ($6 >= $7 "
+        "OR k <= $7) LIMIT " + n
+      + ") UNION ALL (SELECT k FROM wrapped WHERE $6 >= $7 AND k IS NOT "
+        "NULL AND k <= $7 LIMIT " + n
+      + ")), picked AS (SELECT k FROM keys LIMIT " + n
       + ") SELECT c.id, c.name, c.app_version, c.partition_key, c.fresh, "
         "(SELECT count(*) FROM picked), p.k FROM picked p CROSS JOIN "
         "LATERAL (SELECT id, name, app_version, partition_key, started_at "
@@ -250,23 +263,35 @@ read_candidates(pqxx::transaction_base& w, const std::string& s,
       + s + "runs WHERE " + ready
       + " AND partition_key = p.k ORDER BY priority, inbox_seq LIMIT "
         "$3) c ORDER BY c.priority, c.inbox_seq",
-    q.name, req.now_ms, detail::heads_per_partition(req), names,
-    req.filter.app_version, req.partition_after);
-  add(heads);
-  // All of them read: the next claim starts from the first; else after
-  // the last one read here.
+    req.queue.name, req.now_ms, detail::heads_per_partition(req), names,
+    req.filter.app_version, from, stop);
+  heads_read out;
   std::optional<std::string> last_after, last_wrapped;
-  for (const auto& r : heads) {
-    if (r[5].as<std::int64_t>() < most)
-      break;
+  for (const auto& r : rows) {
+    candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
+                          r[2].as<std::string>(), r[3].as<std::string>(),
+                          r[4].as<bool>()});
+    out.partitions = r[5].as<std::int64_t>();
     auto k = r[6].as<std::string>();
-    auto& last = k > req.partition_after ? last_after : last_wrapped;
+    auto& last = k > from ? last_after : last_wrapped;
     if (!last || k > *last)
       last = k;
   }
-  cursor = last_wrapped ? *last_wrapped : last_after.value_or("");
-  return candidates;
+  out.last = last_wrapped ? *last_wrapped : last_after.value_or(stop);
+  out.ring_done = out.partitions < most || out.last == stop;
+  return out;
 }
+
+/// How many partitions' heads a claim reads at a time: eight for each idle
+/// worker (room for partitions at their limit), at least 64. Reading 1000
+/// every time cost a claim 17 ms with 1 200 partitions.
+std::int64_t partitions_per_read(const queue_claim_request& req) {
+  return std::max<std::int64_t>(64, 8 * std::int64_t{req.capacity});
+}
+
+/// At most this many partitions are read in one claim; the next claim goes
+/// on from where it stopped.
+constexpr std::int64_t most_partitions_per_claim = 1000;
 
 /// Claims the chosen items (those still ENQUEUED), in the order chosen,
 /// and counts their starts against the rate limit.
@@ -324,8 +349,51 @@ queue_claim claim_shared(pqxx::transaction_base& w, const std::string& s,
                          const std::string& names, std::int64_t lease) {
   queue_claim out;
   auto load = read_load(w, s, req, names);
-  auto candidates = read_candidates(w, s, req, names, out.partition_cursor);
+  // Room left within every limit but the partitions' (a partition at its
+  // limit is what the turns below step over).
+  auto room = [](const detail::queue_choice& c) {
+    return static_cast<std::int64_t>(c.ids.size()) < c.room;
+  };
+  // The first ready items, by priority then age; with a partition limit,
+  // a partition's first ones in that order are its heads, the ones
+  // `choose_claims` may take (four per idle worker: room for a few
+  // partitions at their limit).
+  auto partitioned = req.queue.partition_concurrency.has_value();
+  auto candidates = read_first_ready(
+    w, s, req, names, std::int64_t{req.capacity} * (partitioned ? 4 : 1));
   auto choice = detail::choose_claims(req, load, candidates);
+  if (partitioned && room(choice)) {
+    // A busy partition (or ones at their limit) fills the first items:
+    // the other partitions' heads, a few partitions at a time and in turn
+    // (so each gets its turn however many there are), until the idle
+    // workers have enough or every partition was read.
+    std::unordered_set<std::string> seen;
+    for (auto& c : candidates)
+      seen.insert(c.id);
+    auto from = req.partition_after;
+    for (std::int64_t read = 0;;) {
+      std::vector<detail::queue_candidate> heads;
+      auto turn = read_heads(
+        w, s, req, names, from, req.partition_after,
+        std::min(partitions_per_read(req), most_partitions_per_claim - read),
+        heads);
+      for (auto& h : heads)
+        if (seen.insert(h.id).second)
+          candidates.push_back(std::move(h));
+      read += turn.partitions;
+      choice = detail::choose_claims(req, load, candidates);
+      from = turn.last;
+      if (turn.ring_done) {
+        out.partition_cursor.clear(); // the next claim starts at the first
+        break;
+      }
+      out.partition_cursor = from;
+      if (!room(choice) || read >= most_partitions_per_claim)
+        break;
+    }
+  } else {
+    out.partition_cursor = req.partition_after;
+  }
   out.concurrency_bound = choice.concurrency_bound;
   out.rate_wait_ms = choice.rate_wait_ms;
   if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity
