@@ -844,6 +844,49 @@ TEST_F(review_test, a_partition_filling_the_queue_s_head_holds_only_its_limit) {
   EXPECT_LT(busy, 200) << "the busy partition held the other partitions back";
 }
 
+// Review of the above: a busy partition under its limit (here the limit is
+// every worker) filled the first ready items and took every claim; the
+// others waited for it to drain. Partitions take turns: the k-th item of
+// each before the (k+1)-th of any.
+TEST_F(review_test, a_busy_partition_under_its_limit_lets_the_others_take_turns) {
+  std::mutex mtx;
+  std::vector<std::string> starts;
+  runtime rt{db_.runtime_config()};
+  rt.register_workflow("mark", [&](workflow_context& ctx, std::string p)
+                                 -> task<int> {
+    {
+      std::lock_guard guard{mtx};
+      starts.push_back(p);
+    }
+    co_return co_await ctx.step("work", [] {
+      std::this_thread::sleep_for(10ms);
+      return 0;
+    });
+  });
+  queues::register_queue(rt, "q", {.worker_concurrency = 4,
+                                   .partition_concurrency = 4});
+  enqueue_in_one_transaction(db_, [&](sql_session& s) {
+    for (int n = 0; n < 200; ++n)
+      queues::enqueue(s, "q", "mark", std::string{"busy"},
+                      {.partition_key = "busy"});
+    for (auto p : {"b", "c"})
+      queues::enqueue(s, "q", "mark", std::string{p}, {.partition_key = p});
+  });
+  rt.start();
+  ASSERT_TRUE(test::eventually(
+    [&] {
+      std::lock_guard guard{mtx};
+      return std::count(starts.begin(), starts.end(), "b")
+             + std::count(starts.begin(), starts.end(), "c") == 2;
+    },
+    60s));
+  std::lock_guard guard{mtx};
+  auto busy = std::count(starts.begin(), starts.end(), "busy");
+  // b and c start in the first claims' turns: a handful of busy items
+  // before them, not the 200 of its backlog.
+  EXPECT_LT(busy, 40) << "b and c waited for the busy partition to drain";
+}
+
 } // namespace
 
 namespace {

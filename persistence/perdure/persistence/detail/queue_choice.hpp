@@ -22,6 +22,10 @@ struct queue_candidate {
   std::string partition_key;
   /// Never started: no journal yet.
   bool fresh = false;
+  /// Where it stands in the queue's order: priority, then age (PostgreSQL
+  /// sorts what it read in several reads by them).
+  std::int64_t priority = 0;
+  std::int64_t seq = 0;
 };
 
 /// What runs and what started lately in a queue, read under its lock.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -204,6 +205,15 @@ std::string ready_sql(const std::string& s) {
          + runnable("$4", "$5", s);
 }
 
+/// A candidate from a row of id, name, app_version, partition_key, fresh,
+/// priority, inbox_seq.
+detail::queue_candidate read_candidate(const pqxx::row& r) {
+  return {r[0].as<std::string>(), r[1].as<std::string>(),
+          r[2].as<std::string>(), r[3].as<std::string>(), r[4].as<bool>(),
+          r[5].as<std::int64_t>(),
+          r[6].is_null() ? 0 : r[6].as<std::int64_t>()};
+}
+
 /// The queue's first `most` ready items, by priority then age.
 std::vector<detail::queue_candidate>
 read_first_ready(pqxx::transaction_base& w, const std::string& s,
@@ -211,13 +221,11 @@ read_first_ready(pqxx::transaction_base& w, const std::string& s,
                  std::int64_t most) {
   std::vector<detail::queue_candidate> candidates;
   for (const auto& r : w.exec_params(
-         "SELECT id, name, app_version, partition_key, started_at IS NULL "
-         "FROM " + s + "runs WHERE " + ready_sql(s)
+         "SELECT id, name, app_version, partition_key, started_at IS NULL, "
+         "priority, inbox_seq FROM " + s + "runs WHERE " + ready_sql(s)
            + " ORDER BY priority, inbox_seq LIMIT $3",
          req.queue.name, req.now_ms, most, names, req.filter.app_version))
-    candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
-                          r[2].as<std::string>(), r[3].as<std::string>(),
-                          r[4].as<bool>()});
+    candidates.push_back(read_candidate(r));
   return candidates;
 }
 
@@ -231,7 +239,9 @@ struct heads_read {
 /// Reads the heads of at most `most` partitions with items ready here, in
 /// turn order: those after `from`, then from the first one, up to `stop`
 /// (`from` < `stop`: only those between). A loose index scan, two index
-/// probes a partition, so a busy partition cannot hide the others.
+/// probes a partition, so a busy partition cannot hide the others. Keys
+/// compare in the column's collation, so the last one read comes from the
+/// database, in the order it walked.
 heads_read read_heads(pqxx::transaction_base& w, const std::string& s,
                       const queue_claim_request& req, const std::string& names,
                       const std::string& from, const std::string& stop,
@@ -255,9 +265,11 @@ heads_read read_heads(pqxx::transaction_base& w, const std::string& s,
         "OR k <= $7) LIMIT " + n
       + ") UNION ALL (SELECT k FROM wrapped WHERE $6 >= $7 AND k IS NOT "
         "NULL AND k <= $7 LIMIT " + n
-      + ")), picked AS (SELECT k FROM keys LIMIT " + n
-      + ") SELECT c.id, c.name, c.app_version, c.partition_key, c.fresh, "
-        "(SELECT count(*) FROM picked), p.k FROM picked p CROSS JOIN "
+      + ")), picked AS (SELECT k, row_number() OVER () AS pos FROM (SELECT k "
+        "FROM keys LIMIT " + n
+      + ") x) SELECT c.id, c.name, c.app_version, c.partition_key, c.fresh, "
+        "c.priority, c.inbox_seq, (SELECT count(*) FROM picked), (SELECT k "
+        "FROM picked ORDER BY pos DESC LIMIT 1) FROM picked p CROSS JOIN "
         "LATERAL (SELECT id, name, app_version, partition_key, started_at "
         "IS NULL AS fresh, priority, inbox_seq FROM "
       + s + "runs WHERE " + ready
@@ -266,27 +278,37 @@ heads_read read_heads(pqxx::transaction_base& w, const std::string& s,
     req.queue.name, req.now_ms, detail::heads_per_partition(req), names,
     req.filter.app_version, from, stop);
   heads_read out;
-  std::optional<std::string> last_after, last_wrapped;
+  out.last = stop;
   for (const auto& r : rows) {
-    candidates.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
-                          r[2].as<std::string>(), r[3].as<std::string>(),
-                          r[4].as<bool>()});
-    out.partitions = r[5].as<std::int64_t>();
-    auto k = r[6].as<std::string>();
-    auto& last = k > from ? last_after : last_wrapped;
-    if (!last || k > *last)
-      last = k;
+    candidates.push_back(read_candidate(r));
+    out.partitions = r[7].as<std::int64_t>();
+    out.last = r[8].as<std::string>();
   }
-  out.last = last_wrapped ? *last_wrapped : last_after.value_or(stop);
   out.ring_done = out.partitions < most || out.last == stop;
   return out;
 }
 
-/// How many partitions' heads a claim reads at a time: eight for each idle
-/// worker (room for partitions at their limit), at least 64. Reading 1000
-/// every time cost a claim 17 ms with 1 200 partitions.
-std::int64_t partitions_per_read(const queue_claim_request& req) {
+/// How many partitions' heads a claim reads first: eight for each idle
+/// worker (room for partitions at their limit), at least 64; each further
+/// read twice as many. Reading 1000 every time cost a claim 17 ms with
+/// 1 200 partitions.
+std::int64_t first_partitions_read(const queue_claim_request& req) {
   return std::max<std::int64_t>(64, 8 * std::int64_t{req.capacity});
+}
+
+/// Whether `choice` takes at most one item of each partition: the first
+/// ready items then give every partition its turn (a partition's first
+/// item in that order is its head).
+bool one_per_partition(const detail::queue_choice& choice,
+                       const std::vector<detail::queue_candidate>& candidates) {
+  std::unordered_map<std::string, const std::string*> partition_of;
+  for (auto& c : candidates)
+    partition_of.emplace(c.id, &c.partition_key);
+  std::unordered_set<std::string> partitions;
+  for (auto& id : choice.ids)
+    if (!partitions.insert(*partition_of.at(id)).second)
+      return false;
+  return true;
 }
 
 /// At most this many partitions are read in one claim; the next claim goes
@@ -359,28 +381,40 @@ queue_claim claim_shared(pqxx::transaction_base& w, const std::string& s,
   // `choose_claims` may take (four per idle worker: room for a few
   // partitions at their limit).
   auto partitioned = req.queue.partition_concurrency.has_value();
-  auto candidates = read_first_ready(
-    w, s, req, names, std::int64_t{req.capacity} * (partitioned ? 4 : 1));
+  auto first = std::int64_t{req.capacity} * (partitioned ? 4 : 1);
+  auto candidates = read_first_ready(w, s, req, names, first);
   auto choice = detail::choose_claims(req, load, candidates);
-  if (partitioned && room(choice)) {
-    // A busy partition (or ones at their limit) fills the first items:
-    // the other partitions' heads, a few partitions at a time and in turn
-    // (so each gets its turn however many there are), until the idle
-    // workers have enough or every partition was read.
+  // Enough, unless one partition would take a second turn before others
+  // had their first, or a busy partition (or ones at their limit) left
+  // room. Then: the other partitions' heads, in turn from the cursor,
+  // reading more partitions each time, until the idle workers have enough
+  // or every partition was read (1 000 at most; the next claim goes on).
+  auto complete = static_cast<std::int64_t>(candidates.size()) < first;
+  auto more = [&] {
+    return room(choice) || !one_per_partition(choice, candidates);
+  };
+  if (partitioned && !complete && more()) {
     std::unordered_set<std::string> seen;
     for (auto& c : candidates)
       seen.insert(c.id);
     auto from = req.partition_after;
+    auto step = first_partitions_read(req);
     for (std::int64_t read = 0;;) {
       std::vector<detail::queue_candidate> heads;
-      auto turn = read_heads(
-        w, s, req, names, from, req.partition_after,
-        std::min(partitions_per_read(req), most_partitions_per_claim - read),
-        heads);
+      auto turn = read_heads(w, s, req, names, from, req.partition_after,
+                             std::min(step, most_partitions_per_claim - read),
+                             heads);
       for (auto& h : heads)
         if (seen.insert(h.id).second)
           candidates.push_back(std::move(h));
+      // Priority, then age, across every read.
+      std::stable_sort(candidates.begin(), candidates.end(),
+                       [](const auto& a, const auto& b) {
+                         return std::tie(a.priority, a.seq)
+                                < std::tie(b.priority, b.seq);
+                       });
       read += turn.partitions;
+      step *= 2;
       choice = detail::choose_claims(req, load, candidates);
       from = turn.last;
       if (turn.ring_done) {
@@ -388,7 +422,7 @@ queue_claim claim_shared(pqxx::transaction_base& w, const std::string& s,
         break;
       }
       out.partition_cursor = from;
-      if (!room(choice) || read >= most_partitions_per_claim)
+      if (!more() || read >= most_partitions_per_claim)
         break;
     }
   } else {
