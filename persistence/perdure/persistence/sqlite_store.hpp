@@ -151,9 +151,17 @@ private:
   std::int64_t db_now_ms();
   /// What counts against a queue's limits now (see `claim_queued`).
   detail::queue_load queue_load_of(const queue_claim_request& req);
-  /// The items of the queue that may be claimed, in order.
+  /// The queue's first ready items by priority then age
+  /// (`first_ready_to_read`), and every partition's heads.
   std::vector<detail::queue_candidate>
-  queue_candidates(const queue_claim_request& req);
+  first_ready(const queue_claim_request& req);
+  std::vector<detail::queue_candidate>
+  partition_heads(const queue_claim_request& req);
+  /// The candidates `sql` reads (?1 queue, ?2 now, ?3 `limit`, then the
+  /// claim filter's parameters).
+  std::vector<detail::queue_candidate>
+  read_candidates(const queue_claim_request& req, const std::string& sql,
+                  std::int64_t limit);
   /// Claims the chosen items still ENQUEUED, counting their starts.
   void claim_chosen(const queue_claim_request& req,
                     const detail::queue_choice& choice,

@@ -1,6 +1,8 @@
 #include "perdure/persistence/detail/queue_choice.hpp"
 
 #include <algorithm>
+#include <tuple>
+#include <unordered_set>
 
 namespace perdure::persistence::detail {
 
@@ -81,6 +83,61 @@ queue_choice choose_claims(const queue_claim_request& req,
     out.fresh.push_back(c.fresh);
   }
   return out;
+}
+
+std::int64_t first_ready_to_read(const queue_claim_request& req) {
+  auto n = std::max<std::int64_t>(req.capacity, 1);
+  return req.queue.partition_concurrency ? 4 * n : n;
+}
+
+namespace {
+
+/// Whether `choice` takes at most one item of each partition.
+bool one_per_partition(const queue_choice& choice,
+                       const std::vector<queue_candidate>& candidates) {
+  std::unordered_map<std::string, const std::string*> partition_of;
+  for (auto& c : candidates)
+    partition_of.emplace(c.id, &c.partition_key);
+  std::unordered_set<std::string> partitions;
+  for (auto& id : choice.ids)
+    if (!partitions.insert(*partition_of.at(id)).second)
+      return false;
+  return true;
+}
+
+} // namespace
+
+queue_choice choose_in_turns(const queue_claim_request& req,
+                             const queue_load& load,
+                             std::vector<queue_candidate> candidates,
+                             const read_more_heads& read_more) {
+  auto choice = choose_claims(req, load, candidates);
+  // Fewer than asked: every ready item is here, heads and all.
+  auto complete = static_cast<std::int64_t>(candidates.size())
+                  < first_ready_to_read(req);
+  auto more = [&] {
+    return static_cast<std::int64_t>(choice.ids.size()) < choice.room
+           || !one_per_partition(choice, candidates);
+  };
+  if (!req.queue.partition_concurrency || complete || !more())
+    return choice;
+  std::unordered_set<std::string> seen;
+  for (auto& c : candidates)
+    seen.insert(c.id);
+  for (bool again = true; again && more();) {
+    std::vector<queue_candidate> heads;
+    again = read_more(heads);
+    for (auto& h : heads)
+      if (seen.insert(h.id).second)
+        candidates.push_back(std::move(h));
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const queue_candidate& a, const queue_candidate& b) {
+                       return std::tie(a.priority, a.seq)
+                              < std::tie(b.priority, b.seq);
+                     });
+    choice = choose_claims(req, load, candidates);
+  }
+  return choice;
 }
 
 } // namespace perdure::persistence::detail

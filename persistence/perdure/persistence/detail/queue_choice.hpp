@@ -5,6 +5,7 @@
 // stores.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -64,6 +65,30 @@ bool shares_limits(const queue_definition& q);
 /// How many ready items of each partition a claim reads: enough for every
 /// slot it may fill.
 std::int64_t heads_per_partition(const queue_claim_request& req);
+
+/// How many first ready items (by priority, then age) a claim reads: its
+/// idle workers; four times as many with a partition limit (room for a few
+/// partitions at their limit), where a partition's first ones in that
+/// order are its heads.
+std::int64_t first_ready_to_read(const queue_claim_request& req);
+
+/// Reads more partition heads into its argument (ordered or not; items
+/// read before may come again); returns false once this claim may read no
+/// more.
+using read_more_heads = std::function<bool(std::vector<queue_candidate>&)>;
+
+/// `choose_claims` from `candidates`, the queue's first ready items by
+/// priority then age, `first_ready_to_read` of them asked for. With a
+/// partition limit, while the choice would give a partition a second turn
+/// before the others had their first, or leaves room (a busy partition,
+/// ones at their limit), `read_more` reads other partitions' heads, and
+/// the choice is made again from everything read, by priority then age.
+/// Both stores claim this way: a claim costs what its idle workers need,
+/// not a read of every partition.
+queue_choice choose_in_turns(const queue_claim_request& req,
+                             const queue_load& load,
+                             std::vector<queue_candidate> candidates,
+                             const read_more_heads& read_more);
 
 /// Chooses from `candidates`, ordered by priority then age (one
 /// partition's after another's when the store read partition heads):

@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
-#include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "perdure/error.hpp"
 #include "perdure/persistence/detail/channel.hpp"
@@ -296,21 +294,6 @@ std::int64_t first_partitions_read(const queue_claim_request& req) {
   return std::max<std::int64_t>(64, 8 * std::int64_t{req.capacity});
 }
 
-/// Whether `choice` takes at most one item of each partition: the first
-/// ready items then give every partition its turn (a partition's first
-/// item in that order is its head).
-bool one_per_partition(const detail::queue_choice& choice,
-                       const std::vector<detail::queue_candidate>& candidates) {
-  std::unordered_map<std::string, const std::string*> partition_of;
-  for (auto& c : candidates)
-    partition_of.emplace(c.id, &c.partition_key);
-  std::unordered_set<std::string> partitions;
-  for (auto& id : choice.ids)
-    if (!partitions.insert(*partition_of.at(id)).second)
-      return false;
-  return true;
-}
-
 /// At most this many partitions are read in one claim; the next claim goes
 /// on from where it stopped.
 constexpr std::int64_t most_partitions_per_claim = 1000;
@@ -371,63 +354,30 @@ queue_claim claim_shared(pqxx::transaction_base& w, const std::string& s,
                          const std::string& names, std::int64_t lease) {
   queue_claim out;
   auto load = read_load(w, s, req, names);
-  // Room left within every limit but the partitions' (a partition at its
-  // limit is what the turns below step over).
-  auto room = [](const detail::queue_choice& c) {
-    return static_cast<std::int64_t>(c.ids.size()) < c.room;
-  };
-  // The first ready items, by priority then age; with a partition limit,
-  // a partition's first ones in that order are its heads, the ones
-  // `choose_claims` may take (four per idle worker: room for a few
-  // partitions at their limit).
-  auto partitioned = req.queue.partition_concurrency.has_value();
-  auto first = std::int64_t{req.capacity} * (partitioned ? 4 : 1);
-  auto candidates = read_first_ready(w, s, req, names, first);
-  auto choice = detail::choose_claims(req, load, candidates);
-  // Enough, unless one partition would take a second turn before others
-  // had their first, or a busy partition (or ones at their limit) left
-  // room. Then: the other partitions' heads, in turn from the cursor,
-  // reading more partitions each time, until the idle workers have enough
-  // or every partition was read (1 000 at most; the next claim goes on).
-  auto complete = static_cast<std::int64_t>(candidates.size()) < first;
-  auto more = [&] {
-    return room(choice) || !one_per_partition(choice, candidates);
-  };
-  if (partitioned && !complete && more()) {
-    std::unordered_set<std::string> seen;
-    for (auto& c : candidates)
-      seen.insert(c.id);
-    auto from = req.partition_after;
-    auto step = first_partitions_read(req);
-    for (std::int64_t read = 0;;) {
-      std::vector<detail::queue_candidate> heads;
+  // The first ready items; the other partitions' heads when they are not
+  // enough (`choose_in_turns`): in turn from the cursor, more partitions
+  // each read, at most 1 000 a claim (the next claim goes on from there).
+  out.partition_cursor = req.partition_after;
+  auto from = req.partition_after;
+  auto step = first_partitions_read(req);
+  std::int64_t read = 0;
+  auto choice = detail::choose_in_turns(
+    req, load,
+    read_first_ready(w, s, req, names, detail::first_ready_to_read(req)),
+    [&](std::vector<detail::queue_candidate>& heads) {
       auto turn = read_heads(w, s, req, names, from, req.partition_after,
                              std::min(step, most_partitions_per_claim - read),
                              heads);
-      for (auto& h : heads)
-        if (seen.insert(h.id).second)
-          candidates.push_back(std::move(h));
-      // Priority, then age, across every read.
-      std::stable_sort(candidates.begin(), candidates.end(),
-                       [](const auto& a, const auto& b) {
-                         return std::tie(a.priority, a.seq)
-                                < std::tie(b.priority, b.seq);
-                       });
       read += turn.partitions;
       step *= 2;
-      choice = detail::choose_claims(req, load, candidates);
       from = turn.last;
       if (turn.ring_done) {
         out.partition_cursor.clear(); // the next claim starts at the first
-        break;
+        return false;
       }
       out.partition_cursor = from;
-      if (!more() || read >= most_partitions_per_claim)
-        break;
-    }
-  } else {
-    out.partition_cursor = req.partition_after;
-  }
+      return read < most_partitions_per_claim;
+    });
   out.concurrency_bound = choice.concurrency_bound;
   out.rate_wait_ms = choice.rate_wait_ms;
   if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity

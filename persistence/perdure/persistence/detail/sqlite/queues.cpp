@@ -140,35 +140,53 @@ detail::queue_load sqlite_store::queue_load_of(const queue_claim_request& req) {
   return load;
 }
 
+namespace {
+
+/// The SQL condition of an item ready to be claimed here.
+std::string ready_sql(const std::string& runnable) {
+  return "queue_name = ?1 AND status = 'ENQUEUED' AND (not_before IS NULL "
+         "OR not_before <= ?2) AND " + runnable;
+}
+
+} // namespace
+
 std::vector<detail::queue_candidate>
-sqlite_store::queue_candidates(const queue_claim_request& req) {
-  auto& q = req.queue;
-  auto ready = "queue_name = ?1 AND status = 'ENQUEUED' AND (not_before IS "
-               "NULL OR not_before <= ?2) AND "
-               + runnable_sql(req);
+sqlite_store::read_candidates(const queue_claim_request& req,
+                              const std::string& sql, std::int64_t limit) {
+  auto& rows = prepare(sql);
+  rows.bind(1, req.queue.name).bind(2, req.now_ms).bind(3, limit);
+  bind_runnable(rows, req);
   std::vector<detail::queue_candidate> candidates;
-  // Each partition's head (a busy partition cannot hide the others).
-  auto& heads = prepare(
-    q.partition_concurrency
-      ? "SELECT id, name, app_version, partition_key, fresh FROM (SELECT "
-        "id, name, app_version, partition_key, started_at IS NULL AS "
-        "fresh, priority, rowid AS seq, row_number() OVER (PARTITION BY "
-        "partition_key ORDER BY priority, rowid) AS rn FROM runs WHERE "
-          + ready + ") WHERE rn <= ?3 ORDER BY priority, seq"
-      : "SELECT id, name, app_version, partition_key, started_at IS NULL "
-        "FROM runs WHERE "
-          + ready + " ORDER BY priority, rowid LIMIT ?4");
-  heads.bind(1, q.name).bind(2, req.now_ms);
-  bind_runnable(heads, req);
-  if (q.partition_concurrency)
-    heads.bind(3, detail::heads_per_partition(req));
-  else
-    heads.bind(4, std::int64_t{req.capacity});
-  while (heads.step())
-    candidates.push_back({heads.text(0), heads.text(1), heads.text(2),
-                          heads.text(3), heads.int64(4) != 0});
-  heads.reset();
+  while (rows.step())
+    candidates.push_back({rows.text(0), rows.text(1), rows.text(2),
+                          rows.text(3), rows.int64(4) != 0, rows.int64(5),
+                          rows.int64(6)});
+  rows.reset();
   return candidates;
+}
+
+std::vector<detail::queue_candidate>
+sqlite_store::first_ready(const queue_claim_request& req) {
+  return read_candidates(
+    req,
+    "SELECT id, name, app_version, partition_key, started_at IS NULL, "
+    "priority, rowid FROM runs WHERE " + ready_sql(runnable_sql(req))
+      + " ORDER BY priority, rowid LIMIT ?3",
+    detail::first_ready_to_read(req));
+}
+
+std::vector<detail::queue_candidate>
+sqlite_store::partition_heads(const queue_claim_request& req) {
+  // Each partition's first ones, of every partition (one process per
+  // file: a claim reads them in one go).
+  return read_candidates(
+    req,
+    "SELECT id, name, app_version, partition_key, fresh, priority, seq FROM "
+    "(SELECT id, name, app_version, partition_key, started_at IS NULL AS "
+    "fresh, priority, rowid AS seq, row_number() OVER (PARTITION BY "
+    "partition_key ORDER BY priority, rowid) AS rn FROM runs WHERE "
+      + ready_sql(runnable_sql(req)) + ") WHERE rn <= ?3 ORDER BY priority, seq",
+    detail::heads_per_partition(req));
 }
 
 void sqlite_store::claim_chosen(const queue_claim_request& req,
@@ -218,8 +236,12 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
   in_write([&] {
     out = {};
     auto load = queue_load_of(req);
-    auto candidates = queue_candidates(req);
-    auto choice = detail::choose_claims(req, load, candidates);
+    auto choice = detail::choose_in_turns(
+      req, load, first_ready(req),
+      [&](std::vector<detail::queue_candidate>& heads) {
+        heads = partition_heads(req);
+        return false; // every partition's
+      });
     out.concurrency_bound = choice.concurrency_bound;
     out.rate_wait_ms = choice.rate_wait_ms;
     if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity
