@@ -1025,6 +1025,8 @@ int main(int argc, char** argv) {
       step_throughput_sustained(o);
     } else if (o.scenario == "queue_throughput") {
       queue_throughput(o);
+    } else if (o.scenario == "queue_partitions") {
+      queue_partitions(o);
     } else if (o.scenario == "queue_rate") {
       queue_rate(o);
     } else if (o.scenario == "queue_idle") {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -47,6 +48,40 @@ std::vector<std::string> enqueue_all(const test::database& db,
   sqlite_session s{raw};
   for (int i = 0; i < n; ++i)
     ids.push_back(queues::enqueue(s, queue, workflow, i));
+  if (sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
+    throw std::runtime_error(sqlite3_errmsg(raw));
+  return ids;
+}
+
+/// Enqueues `n` items of `workflow` in `queue` in one transaction, item i
+/// under partition `partition(i)`, in order. Returns their ids.
+std::vector<std::string>
+enqueue_partitioned(const test::database& db, const std::string& queue,
+                    const std::string& workflow, int n,
+                    const std::function<std::string(int)>& partition) {
+  std::vector<std::string> ids;
+  auto all = [&](sql_session& s) {
+    for (int i = 0; i < n; ++i)
+      ids.push_back(queues::enqueue(s, queue, workflow, i,
+                                    {.partition_key = partition(i)}));
+  };
+  if (db.postgres) {
+    pqxx::connection conn{db.url};
+    pqxx::work w{conn};
+    pqxx_session s{w, db.schema};
+    all(s);
+    w.commit();
+    return ids;
+  }
+  sqlite3* raw = nullptr;
+  auto path = db.url.substr(std::string{"sqlite://"}.size());
+  if (sqlite3_open(path.c_str(), &raw) != SQLITE_OK)
+    throw std::runtime_error("cannot open " + path);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
+  sqlite3_busy_timeout(raw, 10'000);
+  sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  sqlite_session s{raw};
+  all(s);
   if (sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
     throw std::runtime_error(sqlite3_errmsg(raw));
   return ids;
@@ -93,6 +128,44 @@ void queue_throughput(const options& o) {
     .add("enqueue_seconds", enqueued)
     .add("seconds", secs)
     .add("items_per_s", items / secs)
+    .print();
+}
+
+void queue_partitions(const options& o) {
+  auto items = o.workflows > 0 ? o.workflows : 20000;
+  auto partitions = o.steps > 0 ? o.steps : 1000;
+  auto workers = o.in_flight > 0 && o.in_flight != 256 ? o.in_flight : 16;
+  auto busy = o.mode == "busy";
+  auto db = database_for(o);
+  runtime rt{runtime_config(db)};
+  std::atomic<int> done{0};
+  rt.register_workflow("trivial", [&](workflow_context&, int n) -> task<int> {
+    ++done;
+    co_return n;
+  });
+  queues::register_queue(rt, "parts", {.worker_concurrency = workers,
+                                       .partition_concurrency = 1});
+  // The items of partition i % partitions, in turn; with --mode busy the
+  // first half all in one partition (they fill the head of the queue).
+  auto ids = enqueue_partitioned(db, "parts", "trivial", items, [&](int i) {
+    if (busy && i < items / 2)
+      return std::string{"busy"};
+    return "p" + std::to_string(i % partitions);
+  });
+  auto t0 = bench_clock::now();
+  rt.start();
+  // Every item but the busy partition's (which runs one at a time).
+  auto others = busy ? items - items / 2 : items;
+  while (done.load() < others)
+    std::this_thread::sleep_for(1ms);
+  auto secs = seconds_since(t0);
+  header(o)
+    .add("items", others)
+    .add("partitions", partitions)
+    .add("workers", workers)
+    .add("busy_partition_items", busy ? items / 2 : 0)
+    .add("seconds", secs)
+    .add("items_per_s", others / secs)
     .print();
 }
 
