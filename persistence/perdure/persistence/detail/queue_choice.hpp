@@ -90,8 +90,7 @@ queue_choice choose_in_turns(const queue_claim_request& req,
                              std::vector<queue_candidate> candidates,
                              const read_more_heads& read_more);
 
-/// Chooses from `candidates`, ordered by priority then age (one
-/// partition's after another's when the store read partition heads):
+/// Chooses from `candidates`, ordered by priority then age:
 /// round-robin across partitions, each within its limit, all within the
 /// queue's concurrency, its rate limit and `req.capacity`; skips items the
 /// claimer cannot run (`req.filter`).
