@@ -147,6 +147,7 @@ void queue_partitions(const options& o) {
                                        .partition_concurrency = 1});
   // The items of partition i % partitions, in turn; with --mode busy the
   // first half all in one partition (they fill the head of the queue).
+  { client migrate{runtime_config(db)}; } // the schema, before the items
   auto ids = enqueue_partitioned(db, "parts", "trivial", items, [&](int i) {
     if (busy && i < items / 2)
       return std::string{"busy"};
