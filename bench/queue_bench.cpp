@@ -4,7 +4,6 @@
 #include "queue_scenarios.hpp"
 
 #include <pqxx/pqxx>
-#include <sqlite3.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,76 +13,26 @@
 #include <vector>
 
 #include "perdure/perdure.hpp"
-#include "perdure/pqxx_session.hpp"
 #include "perdure/queues/queue.hpp"
-#include "perdure/sqlite_session.hpp"
 
 namespace perdure::bench {
 
 namespace {
 
 /// Enqueues `n` items of `workflow` (input: their number) in queue `queue`
-/// in one transaction of the application's own: they appear at once.
-/// Returns their ids.
-std::vector<std::string> enqueue_all(const test::database& db,
-                                     const std::string& queue,
-                                     const std::string& workflow, int n) {
-  std::vector<std::string> ids;
-  if (db.postgres) {
-    pqxx::connection conn{db.url};
-    pqxx::work w{conn};
-    pqxx_session s{w, db.schema};
-    for (int i = 0; i < n; ++i)
-      ids.push_back(queues::enqueue(s, queue, workflow, i));
-    w.commit();
-    return ids;
-  }
-  sqlite3* raw = nullptr;
-  auto path = db.url.substr(std::string{"sqlite://"}.size());
-  if (sqlite3_open(path.c_str(), &raw) != SQLITE_OK)
-    throw std::runtime_error("cannot open " + path);
-  std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
-  sqlite3_busy_timeout(raw, 10'000);
-  sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
-  sqlite_session s{raw};
-  for (int i = 0; i < n; ++i)
-    ids.push_back(queues::enqueue(s, queue, workflow, i));
-  if (sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
-    throw std::runtime_error(sqlite3_errmsg(raw));
-  return ids;
-}
-
-/// Enqueues `n` items of `workflow` in `queue` in one transaction, item i
-/// under partition `partition(i)`, in order. Returns their ids.
+/// in one transaction of the application's own: they appear at once. Item
+/// i goes under partition `partition(i)` if given. Returns their ids.
 std::vector<std::string>
-enqueue_partitioned(const test::database& db, const std::string& queue,
-                    const std::string& workflow, int n,
-                    const std::function<std::string(int)>& partition) {
+enqueue_all(const test::database& db, const std::string& queue,
+            const std::string& workflow, int n,
+            const std::function<std::string(int)>& partition = {}) {
   std::vector<std::string> ids;
-  auto all = [&](sql_session& s) {
+  test::in_one_transaction(db, [&](sql_session& s) {
     for (int i = 0; i < n; ++i)
-      ids.push_back(queues::enqueue(s, queue, workflow, i,
-                                    {.partition_key = partition(i)}));
-  };
-  if (db.postgres) {
-    pqxx::connection conn{db.url};
-    pqxx::work w{conn};
-    pqxx_session s{w, db.schema};
-    all(s);
-    w.commit();
-    return ids;
-  }
-  sqlite3* raw = nullptr;
-  auto path = db.url.substr(std::string{"sqlite://"}.size());
-  if (sqlite3_open(path.c_str(), &raw) != SQLITE_OK)
-    throw std::runtime_error("cannot open " + path);
-  std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
-  sqlite3_busy_timeout(raw, 10'000);
-  sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
-  sqlite_session s{raw};
-  all(s);
-  if (sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
-    throw std::runtime_error(sqlite3_errmsg(raw));
+      ids.push_back(queues::enqueue(
+        s, queue, workflow, i,
+        {.partition_key = partition ? partition(i) : std::string{}}));
+  });
   return ids;
 }
 
@@ -148,7 +97,7 @@ void queue_partitions(const options& o) {
   // The items of partition i % partitions, in turn; with --mode busy the
   // first half all in one partition (they fill the head of the queue).
   { client migrate{runtime_config(db)}; } // the schema, before the items
-  auto ids = enqueue_partitioned(db, "parts", "trivial", items, [&](int i) {
+  auto ids = enqueue_all(db, "parts", "trivial", items, [&](int i) {
     if (busy && i < items / 2)
       return std::string{"busy"};
     return "p" + std::to_string(i % partitions);

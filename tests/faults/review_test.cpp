@@ -723,23 +723,7 @@ namespace {
 void enqueue_in_one_transaction(
   const test::database& db, const std::function<void(sql_session&)>& enqueue) {
   { client migrate{db.runtime_config()}; }
-  if (db.postgres) {
-    pqxx::connection conn{db.url};
-    pqxx::work w{conn};
-    pqxx_session s{w, db.schema};
-    enqueue(s);
-    w.commit();
-    return;
-  }
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(
-    sqlite3_open(db.url.substr(std::string{"sqlite://"}.size()).c_str(), &raw),
-    SQLITE_OK);
-  std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
-  sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
-  sqlite_session s{raw};
-  enqueue(s);
-  sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr);
+  test::in_one_transaction(db, enqueue);
 }
 
 // 10: partitions beyond the first 1000 (in key order) take their turn on

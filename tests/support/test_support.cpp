@@ -13,6 +13,9 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include "perdure/pqxx_session.hpp"
+#include "perdure/sqlite_session.hpp"
+
 namespace perdure::test {
 
 std::int64_t wall_ms() {
@@ -191,6 +194,29 @@ sql_client& thread_client(const database& db) {
   if (!client)
     client = std::make_unique<sql_client>(db);
   return *client;
+}
+
+void in_one_transaction(const database& db,
+                        const std::function<void(sql_session&)>& work) {
+  if (db.postgres) {
+    pqxx::connection conn{db.url};
+    pqxx::work w{conn};
+    pqxx_session s{w, db.schema};
+    work(s);
+    w.commit();
+    return;
+  }
+  sqlite3* raw = nullptr;
+  auto path = db.url.substr(std::string{"sqlite://"}.size());
+  if (sqlite3_open(path.c_str(), &raw) != SQLITE_OK)
+    throw std::runtime_error("cannot open " + path);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> conn{raw, sqlite3_close};
+  sqlite3_busy_timeout(raw, 10'000);
+  sqlite3_exec(raw, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  sqlite_session s{raw};
+  work(s);
+  if (sqlite3_exec(raw, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
+    throw std::runtime_error(sqlite3_errmsg(raw));
 }
 
 } // namespace perdure::test
