@@ -89,6 +89,42 @@ TEST_F(store_test, a_batch_commits_its_creations_with_its_other_writes_or_none) 
   EXPECT_TRUE(store_->get_run("fine"));
 }
 
+TEST_F(store_test, a_batch_reports_its_creations_as_stored_when_its_call_ends_fail) {
+  // PostgreSQL commits a batch's object call ends apart from its other
+  // writes (review B2): ends the database refuses must not make the
+  // creations committed before them read as failed.
+  store_->create_run(make_run("r"));
+  invocation_commit end;
+  end.object_type = "counter";
+  end.object_key = "k";
+  end.completion.run_id = "a-call";
+  end.completion.owner = {"exec-a", 1};
+  end.completion.status = run_status::error;
+  end.completion.error = std::string{"nul\0inside", 10}; // PostgreSQL refuses
+  batch_result result;
+  try {
+    result = store_->write_batch({.creates = {make_run("new")},
+                                  .appends = {append("r", 0, {"exec-a", 1})},
+                                  .invocations = {end}});
+  } catch (const std::exception& ex) {
+    ADD_FAILURE() << "the batch failed whole (" << ex.what()
+                  << ") though its creation is stored: "
+                  << store_->get_run("new").has_value();
+    return;
+  }
+  ASSERT_EQ(result.created.size(), 1u);
+  EXPECT_TRUE(result.created[0]);
+  EXPECT_TRUE(store_->get_run("new"));
+  ASSERT_EQ(result.appends.size(), 1u);
+  EXPECT_TRUE(result.appends[0]);
+  EXPECT_EQ(store_->load_journals({"r"}).size(), 1u);
+  ASSERT_EQ(result.invocations.size(), 1u);
+  EXPECT_FALSE(result.invocations[0]);
+  if (postgres()) {
+    EXPECT_EQ(result.invocations_failed, errc::store_error);
+  }
+}
+
 TEST_F(store_test, a_resent_completion_is_accepted_and_another_status_is_not) {
   store_->create_run(make_run("r"));
   completion_write c{.run_id = "r",

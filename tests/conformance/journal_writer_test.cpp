@@ -256,6 +256,43 @@ TEST_F(journal_writer_test, a_write_the_database_refuses_fails_alone) {
   }
 }
 
+TEST_F(journal_writer_test, a_creation_stored_beside_call_ends_the_database_refuses_is_committed) {
+  // On PostgreSQL a batch's object call ends commit apart from its other
+  // writes (review B2): a creation committed before refused ends must be
+  // acknowledged committed, not failed or rejected (a call stored but
+  // reported otherwise waits unseen while later calls of its key run).
+  create_runs(1);
+  journal_writer writer{open_store(db_.store_options())};
+  constexpr int rounds = 20;
+  ack_collector acks{3 * rounds};
+  for (int i = 0; i < rounds; ++i) {
+    invocation_commit bad;
+    bad.object_type = "counter";
+    bad.object_key = "k";
+    bad.completion.run_id = "call-" + std::to_string(i);
+    bad.completion.owner = {"me", 1};
+    bad.completion.status = run_status::error;
+    bad.completion.error = std::string{"nul\0inside", 10};
+    run_record made;
+    made.id = "made-" + std::to_string(i);
+    made.name = "wf";
+    made.owner = {"me", 1};
+    // Queued back to back, the three share batches.
+    writer.submit(std::move(bad), acks.slot(3 * i));
+    writer.create(std::move(made), acks.slot(3 * i + 1));
+    writer.append(entry(0, i), acks.slot(3 * i + 2));
+  }
+  auto& got = acks.wait();
+  for (int i = 0; i < rounds; ++i) {
+    EXPECT_NE(got[static_cast<size_t>(3 * i)], write_ack::committed) << i;
+    EXPECT_EQ(got[static_cast<size_t>(3 * i + 1)], write_ack::committed) << i;
+    EXPECT_TRUE(control_->get_run("made-" + std::to_string(i))) << i;
+    EXPECT_EQ(got[static_cast<size_t>(3 * i + 2)], write_ack::committed) << i;
+  }
+  EXPECT_EQ(control_->load_journals({"run-0"}).size(),
+            static_cast<size_t>(rounds));
+}
+
 TEST_F(journal_writer_test, a_write_to_an_index_holding_another_outcome_is_superseded) {
   create_runs(1);
   journal_writer writer{open_store(db_.store_options())};

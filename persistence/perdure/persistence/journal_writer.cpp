@@ -1,5 +1,6 @@
 #include "perdure/persistence/journal_writer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string_view>
@@ -182,16 +183,25 @@ void journal_writer::process(store& db, std::vector<request>& taken) {
   bool unavailable = false;
   auto error = errc::none;
   auto results = commit(db, batch, slots, unavailable, error);
-  if (!results && !unavailable && taken.size() > 1) {
-    // The database refused the batch (not merely unreachable): one bad
-    // write must not fail the others, so commit them one by one.
-    results.emplace();
-    for (std::size_t i = 0; i < taken.size(); ++i) {
-      auto one = commit(db, batch.single(slots[i]), {slot{slots[i].kind, 0}},
-                        unavailable, error);
-      results->push_back(one ? std::move(one->front())
-                             : write_result{write_ack::failed, {}, error});
-    }
+  // The database refused the batch, or part of it that commits apart (not
+  // merely unreachable): one bad write must not fail the others, so those
+  // refused are committed one by one.
+  auto refused = [](const write_result& r) {
+    return r.ack == write_ack::failed && r.error != errc::store_unavailable
+           && r.error != errc::store_full;
+  };
+  bool alone =
+    results ? std::count_if(results->begin(), results->end(), refused) > 1
+            : !unavailable && taken.size() > 1;
+  if (alone && !results)
+    results.emplace(taken.size(), write_result{write_ack::failed, {}, error});
+  for (std::size_t i = 0; alone && i < slots.size(); ++i) {
+    if (!refused((*results)[i]))
+      continue;
+    auto one = commit(db, batch.single(slots[i]), {slot{slots[i].kind, 0}},
+                      unavailable, error);
+    (*results)[i] = one ? std::move(one->front())
+                        : write_result{write_ack::failed, {}, error};
   }
   if (!results)
     results.emplace(taken.size(), write_result{write_ack::failed, {}, error});
@@ -217,10 +227,21 @@ journal_writer::commit(store& db, const write_batch& batch,
       if (m->batch_writes)
         m->batch_writes->observe(static_cast<double>(slots.size()));
     }
+    if (result.invocations_failed != errc::none)
+      detail::log_to(opts_.logger)
+        .error("perdure: the object call ends of a journal batch of {} "
+               "writes failed ({}) after its other writes committed; those "
+               "calls are tried again once the store answers",
+               slots.size(), to_string(result.invocations_failed));
     std::vector<write_result> results;
     results.reserve(slots.size());
     for (auto s : slots) {
       write_result r;
+      if (s.kind == kind_of<invocation_commit>()
+          && result.invocations_failed != errc::none) {
+        results.push_back({write_ack::failed, {}, result.invocations_failed});
+        continue;
+      }
       bool ok = result.took_effect(s);
       r.ack = ok ? write_ack::committed : write_ack::rejected;
       auto idx = s.index;

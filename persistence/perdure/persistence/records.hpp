@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "perdure/error.hpp"
 #include "perdure/run_listing.hpp"
 #include "perdure/run_status.hpp"
 
@@ -428,6 +429,10 @@ struct batch_result {
   std::vector<bool> appends;
   std::vector<bool> completions;
   std::vector<bool> invocations;
+  /// Not `none` when the invocations' ends failed after the batch's other
+  /// writes committed (PostgreSQL commits the two apart): the ends failed
+  /// with this error, and the other writes stand as reported.
+  errc invocations_failed = errc::none;
   std::vector<std::optional<journal_entry>> recorded;
 
   /// Returns whether the write in `s` took effect.

@@ -69,9 +69,20 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
   if (runs && batch.appends.empty() && batch.completions.empty()
       && !batch.invocations.empty())
     return create_and_end(batch);
-  auto result = runs ? write_runs(batch) : batch_result{};
-  if (!batch.invocations.empty())
+  if (!runs)
+    return {.invocations = commit_invocations(batch.invocations)};
+  auto result = write_runs(batch);
+  if (batch.invocations.empty())
+    return result;
+  try {
     result.invocations = commit_invocations(batch.invocations);
+  } catch (const perdure::error& ex) {
+    // The creations, appends and completions are committed: they stand,
+    // reported as they are (a call reported failed though stored would
+    // wait for the stranded check while later calls of its key run).
+    result.invocations.assign(batch.invocations.size(), false);
+    result.invocations_failed = ex.code();
+  }
   return result;
 }
 
