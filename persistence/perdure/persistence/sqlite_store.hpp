@@ -12,6 +12,7 @@ struct sqlite3_stmt;
 namespace perdure::persistence {
 
 namespace detail {
+struct heads_read;
 struct queue_candidate;
 struct queue_choice;
 struct queue_load;
@@ -152,16 +153,20 @@ private:
   /// What counts against a queue's limits now (see `claim_queued`).
   detail::queue_load queue_load_of(const queue_claim_request& req);
   /// The queue's first ready items by priority then age
-  /// (`first_ready_to_read`), and every partition's heads.
+  /// (`first_ready_to_read`), and partitions' heads in turn
+  /// (`detail::read_heads_after`).
   std::vector<detail::queue_candidate>
   first_ready(const queue_claim_request& req);
-  std::vector<detail::queue_candidate>
-  partition_heads(const queue_claim_request& req);
-  /// The candidates `sql` reads (?1 queue, ?2 now, ?3 `limit`, then the
-  /// claim filter's parameters).
+  detail::heads_read
+  partition_heads(const queue_claim_request& req, const std::string& from,
+                  std::int64_t most,
+                  std::vector<detail::queue_candidate>& heads);
+  /// The candidates `sql` reads (?1 queue, ?2 now, ?3 `limit`, ?4
+  /// `partition` if any, then the claim filter's parameters).
   std::vector<detail::queue_candidate>
   read_candidates(const queue_claim_request& req, const std::string& sql,
-                  std::int64_t limit);
+                  std::int64_t limit,
+                  const std::optional<std::string>& partition = {});
   /// Claims the chosen items still ENQUEUED, counting their starts.
   void claim_chosen(const queue_claim_request& req,
                     const detail::queue_choice& choice,

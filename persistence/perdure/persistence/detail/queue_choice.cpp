@@ -1,6 +1,7 @@
 #include "perdure/persistence/detail/queue_choice.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <tuple>
 #include <unordered_set>
 
@@ -106,6 +107,34 @@ bool one_per_partition(const queue_choice& choice,
 }
 
 } // namespace
+
+read_more_heads walk_partitions(const queue_claim_request& req,
+                                std::string& cursor, read_heads_after read) {
+  // Reading 1 000 partitions every time cost a claim 17 ms with 1 200 of
+  // them (PostgreSQL): start small, double, and go on at the next claim.
+  constexpr std::int64_t most_per_claim = 1000;
+  cursor = req.partition_after;
+  struct walk {
+    std::string from;
+    std::int64_t step = 0, read = 0;
+  };
+  auto first = std::max<std::int64_t>(64, 8 * std::int64_t{req.capacity});
+  auto at = std::make_shared<walk>(walk{req.partition_after, first, 0});
+  return [at, &cursor, read = std::move(read)](
+           std::vector<queue_candidate>& heads) {
+    auto turn = read(at->from, std::min(at->step, most_per_claim - at->read),
+                     heads);
+    at->read += turn.partitions;
+    at->step *= 2;
+    at->from = turn.last;
+    if (turn.ring_done) {
+      cursor.clear(); // the next claim starts at the first
+      return false;
+    }
+    cursor = at->from;
+    return at->read < most_per_claim;
+  };
+}
 
 queue_choice choose_in_turns(const queue_claim_request& req,
                              const queue_load& load,

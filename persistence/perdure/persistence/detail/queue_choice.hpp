@@ -77,6 +77,28 @@ std::int64_t first_ready_to_read(const queue_claim_request& req);
 /// more.
 using read_more_heads = std::function<bool(std::vector<queue_candidate>&)>;
 
+/// One read of a partitioned queue's heads, in turn order (`walk_partitions`).
+struct heads_read {
+  std::int64_t partitions = 0; // partitions read
+  std::string last;            // the last read, in turn order
+  bool ring_done = false;      // back at the claim's first partition
+};
+
+/// Reads into its last argument the heads of at most `most` partitions
+/// with items ready, in turn order: those after `from`, then from the
+/// first one, up to the claim's `partition_after` (inclusive; if `from`
+/// is before it, only those between).
+using read_heads_after = std::function<heads_read(
+  const std::string& from, std::int64_t most, std::vector<queue_candidate>&)>;
+
+/// A `read_more_heads` that reads the partitions in turn from
+/// `req.partition_after` (64 of them or 8 per idle worker at first, twice
+/// as many each further read, at most 1 000 a claim), and leaves in
+/// `cursor` where the next claim starts (empty: at the first).
+read_more_heads walk_partitions(const queue_claim_request& req,
+                                std::string& cursor,
+                                read_heads_after read);
+
 /// `choose_claims` from `candidates`, the queue's first ready items by
 /// priority then age, `first_ready_to_read` of them asked for. With a
 /// partition limit, while the choice would give a partition a second turn

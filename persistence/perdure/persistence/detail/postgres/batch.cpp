@@ -76,12 +76,13 @@ batch_result postgres_store::write_batch(const persistence::write_batch& batch) 
     return result;
   try {
     result.invocations = commit_invocations(batch.invocations);
-  } catch (const perdure::error& ex) {
+  } catch (const std::exception& ex) {
     // The creations, appends and completions are committed: they stand,
     // reported as they are (a call reported failed though stored would
     // wait for the stranded check while later calls of its key run).
+    auto* known = dynamic_cast<const perdure::error*>(&ex);
     result.invocations.assign(batch.invocations.size(), false);
-    result.invocations_failed = ex.code();
+    result.invocations_failed = known ? known->code() : errc::store_error;
   }
   return result;
 }

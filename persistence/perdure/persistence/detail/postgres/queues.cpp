@@ -227,20 +227,13 @@ read_first_ready(pqxx::transaction_base& w, const std::string& s,
   return candidates;
 }
 
-/// One read of a partitioned queue's heads (see `read_heads`).
-struct heads_read {
-  std::int64_t partitions = 0; // partitions read
-  std::string last;            // the last in turn order
-  bool ring_done = false;      // back at the claim's first partition
-};
-
 /// Reads the heads of at most `most` partitions with items ready here, in
 /// turn order: those after `from`, then from the first one, up to `stop`
 /// (`from` < `stop`: only those between). A loose index scan, two index
 /// probes a partition, so a busy partition cannot hide the others. Keys
 /// compare in the column's collation, so the last one read comes from the
 /// database, in the order it walked.
-heads_read read_heads(pqxx::transaction_base& w, const std::string& s,
+detail::heads_read read_heads(pqxx::transaction_base& w, const std::string& s,
                       const queue_claim_request& req, const std::string& names,
                       const std::string& from, const std::string& stop,
                       std::int64_t most,
@@ -275,7 +268,7 @@ heads_read read_heads(pqxx::transaction_base& w, const std::string& s,
         "$3) c ORDER BY c.priority, c.inbox_seq",
     req.queue.name, req.now_ms, detail::heads_per_partition(req), names,
     req.filter.app_version, from, stop);
-  heads_read out;
+  detail::heads_read out;
   out.last = stop;
   for (const auto& r : rows) {
     candidates.push_back(read_candidate(r));
@@ -285,18 +278,6 @@ heads_read read_heads(pqxx::transaction_base& w, const std::string& s,
   out.ring_done = out.partitions < most || out.last == stop;
   return out;
 }
-
-/// How many partitions' heads a claim reads first: eight for each idle
-/// worker (room for partitions at their limit), at least 64; each further
-/// read twice as many. Reading 1000 every time cost a claim 17 ms with
-/// 1 200 partitions.
-std::int64_t first_partitions_read(const queue_claim_request& req) {
-  return std::max<std::int64_t>(64, 8 * std::int64_t{req.capacity});
-}
-
-/// At most this many partitions are read in one claim; the next claim goes
-/// on from where it stopped.
-constexpr std::int64_t most_partitions_per_claim = 1000;
 
 /// Claims the chosen items (those still ENQUEUED), in the order chosen,
 /// and counts their starts against the rate limit.
@@ -355,29 +336,17 @@ queue_claim claim_shared(pqxx::transaction_base& w, const std::string& s,
   queue_claim out;
   auto load = read_load(w, s, req, names);
   // The first ready items; the other partitions' heads when they are not
-  // enough (`choose_in_turns`): in turn from the cursor, more partitions
-  // each read, at most 1 000 a claim (the next claim goes on from there).
-  out.partition_cursor = req.partition_after;
-  auto from = req.partition_after;
-  auto step = first_partitions_read(req);
-  std::int64_t read = 0;
+  // enough (`choose_in_turns`), in turn from the cursor.
   auto choice = detail::choose_in_turns(
     req, load,
     read_first_ready(w, s, req, names, detail::first_ready_to_read(req)),
-    [&](std::vector<detail::queue_candidate>& heads) {
-      auto turn = read_heads(w, s, req, names, from, req.partition_after,
-                             std::min(step, most_partitions_per_claim - read),
-                             heads);
-      read += turn.partitions;
-      step *= 2;
-      from = turn.last;
-      if (turn.ring_done) {
-        out.partition_cursor.clear(); // the next claim starts at the first
-        return false;
-      }
-      out.partition_cursor = from;
-      return read < most_partitions_per_claim;
-    });
+    detail::walk_partitions(
+      req, out.partition_cursor,
+      [&](const std::string& from, std::int64_t most,
+          std::vector<detail::queue_candidate>& heads) {
+        return read_heads(w, s, req, names, from, req.partition_after, most,
+                          heads);
+      }));
   out.concurrency_bound = choice.concurrency_bound;
   out.rate_wait_ms = choice.rate_wait_ms;
   if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity

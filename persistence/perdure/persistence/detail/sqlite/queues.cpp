@@ -152,9 +152,12 @@ std::string ready_sql(const std::string& runnable) {
 
 std::vector<detail::queue_candidate>
 sqlite_store::read_candidates(const queue_claim_request& req,
-                              const std::string& sql, std::int64_t limit) {
+                              const std::string& sql, std::int64_t limit,
+                              const std::optional<std::string>& partition) {
   auto& rows = prepare(sql);
   rows.bind(1, req.queue.name).bind(2, req.now_ms).bind(3, limit);
+  if (partition)
+    rows.bind(4, *partition);
   bind_runnable(rows, req);
   std::vector<detail::queue_candidate> candidates;
   while (rows.step())
@@ -175,18 +178,60 @@ sqlite_store::first_ready(const queue_claim_request& req) {
     detail::first_ready_to_read(req));
 }
 
-std::vector<detail::queue_candidate>
-sqlite_store::partition_heads(const queue_claim_request& req) {
-  // Each partition's first ones, of every partition (one process per
-  // file: a claim reads them in one go).
-  return read_candidates(
-    req,
-    "SELECT id, name, app_version, partition_key, fresh, priority, seq FROM "
-    "(SELECT id, name, app_version, partition_key, started_at IS NULL AS "
-    "fresh, priority, rowid AS seq, row_number() OVER (PARTITION BY "
-    "partition_key ORDER BY priority, rowid) AS rn FROM runs WHERE "
-      + ready_sql(runnable_sql(req)) + ") WHERE rn <= ?3 ORDER BY priority, seq",
-    detail::heads_per_partition(req));
+detail::heads_read
+sqlite_store::partition_heads(const queue_claim_request& req,
+                              const std::string& from, std::int64_t most,
+                              std::vector<detail::queue_candidate>& heads) {
+  // A loose index scan, as on PostgreSQL: one seek to each next partition
+  // with items ready, then its heads; a busy partition's ready items cost
+  // one seek (its delayed ones, or ones this process cannot run, are
+  // stepped over row by row). At most 1 000 partitions a claim: about
+  // 2 000 statements of microseconds under the write lock, against one
+  // read of every ready item before (225 ms with 100 000 of them).
+  auto ready = ready_sql(runnable_sql(req));
+  auto next_after = [&](const std::string* after) {
+    auto& next = prepare(
+      "SELECT partition_key FROM runs WHERE " + ready
+      + (after ? " AND partition_key > ?3" : "")
+      + " ORDER BY partition_key LIMIT 1");
+    next.bind(1, req.queue.name).bind(2, req.now_ms);
+    if (after)
+      next.bind(3, *after);
+    bind_runnable(next, req);
+    std::optional<std::string> key;
+    if (next.step())
+      key = next.text(0);
+    next.reset();
+    return key;
+  };
+  // Keys compare bytewise, as SQLite's default collation.
+  auto& stop = req.partition_after;
+  detail::heads_read out;
+  out.last = stop;
+  auto walk = [&](const std::string* after, bool up_to_stop) {
+    for (; out.partitions < most; ++out.partitions) {
+      auto key = next_after(after);
+      if (!key || (up_to_stop && *key > stop))
+        return;
+      auto read = read_candidates(
+        req,
+        "SELECT id, name, app_version, partition_key, started_at IS NULL, "
+        "priority, rowid FROM runs WHERE " + ready
+          + " AND partition_key = ?4 ORDER BY priority, rowid LIMIT ?3",
+        detail::heads_per_partition(req), *key);
+      heads.insert(heads.end(), read.begin(), read.end());
+      out.last = std::move(*key);
+      after = &out.last;
+    }
+  };
+  if (from < stop) {
+    walk(&from, true);
+  } else {
+    walk(&from, false);
+    walk(nullptr, true);
+  }
+  out.ring_done = out.partitions < most || out.last == stop;
+  return out;
 }
 
 void sqlite_store::claim_chosen(const queue_claim_request& req,
@@ -238,10 +283,12 @@ queue_claim sqlite_store::claim_queued(const queue_claim_request& req) {
     auto load = queue_load_of(req);
     auto choice = detail::choose_in_turns(
       req, load, first_ready(req),
-      [&](std::vector<detail::queue_candidate>& heads) {
-        heads = partition_heads(req);
-        return false; // every partition's
-      });
+      detail::walk_partitions(
+        req, out.partition_cursor,
+        [&](const std::string& from, std::int64_t most,
+            std::vector<detail::queue_candidate>& heads) {
+          return partition_heads(req, from, most, heads);
+        }));
     out.concurrency_bound = choice.concurrency_bound;
     out.rate_wait_ms = choice.rate_wait_ms;
     if (static_cast<std::int32_t>(choice.ids.size()) < req.capacity
