@@ -73,16 +73,21 @@ void completion_watchers::confirm(const std::string& id, std::uint64_t token) {
     if (i == outcomes_.end())
       return;
     for (auto& each : i->second)
-      if (each.token == token && !each.parked) {
+      if (each.token == token && !each.parked && !each.stopped) {
         each.confirmed = true;
         return;
       }
     r = take(id, token); // told while unconfirmed: it runs now
+    if (r.done && !r.parked && callbacks_) { // told a stop: the store's word
+      read_when_ended(id, std::move(r.done));
+      return;
+    }
   }
   if (r.done && r.parked) {
     auto end = std::move(*r.parked);
     run_now(std::move(r), std::move(end));
-  }
+  } else if (r.done) // stopping: unreachable while registered, never silent
+    run_now(std::move(r), call_end{id, {}, stopped_before_end(id)});
 }
 
 bool completion_watchers::on_callback_thread() {
@@ -198,6 +203,8 @@ void completion_watchers::tell(const std::string& id,
           // call (`confirm`, `read_later`), else its error (`finish`).
           if (outcome && !r.parked)
             r.parked = call_end{id, *outcome, nullptr};
+          else if (!outcome)
+            r.stopped = true;
           unconfirmed.push_back(std::move(r));
         } else if (!outcome && callbacks_) { // stopped without an end
           read_when_ended(id, std::move(r.done));

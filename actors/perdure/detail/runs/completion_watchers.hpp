@@ -57,7 +57,8 @@ public:
                            bool in_place = false, bool confirmed = true);
 
   /// Registration `token` of run `id` is the run's own caller (its
-  /// creation committed): an end told before runs it now.
+  /// creation committed): an end told before runs it now, and a stop told
+  /// before (without an end) has it read the store.
   void confirm(const std::string& id, std::uint64_t token);
 
   /// Returns whether the caller is the callback thread.
@@ -110,6 +111,9 @@ private:
     bool confirmed = true;
     /// An end told before it was confirmed (see `on_outcome`).
     std::optional<call_end> parked;
+    /// Told, before it was confirmed, that the run stopped here without an
+    /// end: once confirmed it reads the store (no later tell may come).
+    bool stopped = false;
   };
 
   /// Returns registration `token` of `id`, removed (no `done` if gone).
