@@ -1,7 +1,6 @@
 #include "perdure/persistence/detail/queue_choice.hpp"
 
 #include <algorithm>
-#include <memory>
 #include <tuple>
 #include <unordered_set>
 
@@ -114,25 +113,20 @@ read_more_heads walk_partitions(const queue_claim_request& req,
   // them (PostgreSQL): start small, double, and go on at the next claim.
   constexpr std::int64_t most_per_claim = 1000;
   cursor = req.partition_after;
-  struct walk {
-    std::string from;
-    std::int64_t step = 0, read = 0;
-  };
   auto first = std::max<std::int64_t>(64, 8 * std::int64_t{req.capacity});
-  auto at = std::make_shared<walk>(walk{req.partition_after, first, 0});
-  return [at, &cursor, read = std::move(read)](
-           std::vector<queue_candidate>& heads) {
-    auto turn = read(at->from, std::min(at->step, most_per_claim - at->read),
-                     heads);
-    at->read += turn.partitions;
-    at->step *= 2;
-    at->from = turn.last;
+  return [from = req.partition_after, step = first, done = std::int64_t{0},
+          &cursor, read = std::move(read)](
+           std::vector<queue_candidate>& heads) mutable {
+    auto turn = read(from, std::min(step, most_per_claim - done), heads);
+    done += turn.partitions;
+    step *= 2;
+    from = turn.last;
     if (turn.ring_done) {
       cursor.clear(); // the next claim starts at the first
       return false;
     }
-    cursor = at->from;
-    return at->read < most_per_claim;
+    cursor = from;
+    return done < most_per_claim;
   };
 }
 

@@ -189,11 +189,15 @@ sqlite_store::partition_heads(const queue_claim_request& req,
   // 2 000 statements of microseconds under the write lock, against one
   // read of every ready item before (225 ms with 100 000 of them).
   auto ready = ready_sql(runnable_sql(req));
+  auto first_key = "SELECT partition_key FROM runs WHERE " + ready
+                   + " ORDER BY partition_key LIMIT 1";
+  auto key_after = "SELECT partition_key FROM runs WHERE " + ready
+                   + " AND partition_key > ?3 ORDER BY partition_key LIMIT 1";
+  auto heads_of = "SELECT id, name, app_version, partition_key, started_at "
+                  "IS NULL, priority, rowid FROM runs WHERE " + ready
+                  + " AND partition_key = ?4 ORDER BY priority, rowid LIMIT ?3";
   auto next_after = [&](const std::string* after) {
-    auto& next = prepare(
-      "SELECT partition_key FROM runs WHERE " + ready
-      + (after ? " AND partition_key > ?3" : "")
-      + " ORDER BY partition_key LIMIT 1");
+    auto& next = prepare(after ? key_after : first_key);
     next.bind(1, req.queue.name).bind(2, req.now_ms);
     if (after)
       next.bind(3, *after);
@@ -213,12 +217,8 @@ sqlite_store::partition_heads(const queue_claim_request& req,
       auto key = next_after(after);
       if (!key || (up_to_stop && *key > stop))
         return;
-      auto read = read_candidates(
-        req,
-        "SELECT id, name, app_version, partition_key, started_at IS NULL, "
-        "priority, rowid FROM runs WHERE " + ready
-          + " AND partition_key = ?4 ORDER BY priority, rowid LIMIT ?3",
-        detail::heads_per_partition(req), *key);
+      auto read = read_candidates(req, heads_of,
+                                  detail::heads_per_partition(req), *key);
       heads.insert(heads.end(), read.begin(), read.end());
       out.last = std::move(*key);
       after = &out.last;
